@@ -1,0 +1,241 @@
+//! The safe Rust API: a builder, a profile that owns its counts, start/stop, stop on drop, live reads.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU32;
+
+use crate::affinity::{Affinity, CpuSet, current_group, online_cpus};
+use crate::buckets::BucketLayout;
+use crate::engine::{self, counters::CounterStorage};
+use crate::profile::{ProfileCore, ProfileStats, check_front, check_kernel_privilege};
+use crate::source::{self, ProfileSource};
+use crate::status::NtStatus;
+use crate::target::Target;
+
+/// How a profile picks its processors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum AffinitySpec {
+    /// A `KAFFINITY` for the caller's current group (`u64::MAX`: every online CPU of the group).
+    Mask(u64),
+    /// Explicit CPU numbers (each must be online).
+    Cpus(CpuSet),
+    /// Every online CPU, resolved at each start.
+    AllActive,
+}
+
+/// Builds a [`Profile`]: the range, the bucket size, the source and the processors.
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct ProfileBuilder {
+    base: u64,
+    size: u64,
+    bucket_size: u32,
+    source: ProfileSource,
+    affinity: AffinitySpec,
+}
+
+impl Default for ProfileBuilder {
+    fn default() -> Self {
+        ProfileBuilder {
+            base: 0,
+            size: 0,
+            bucket_size: 2,
+            source: ProfileSource::Time,
+            affinity: AffinitySpec::Mask(u64::MAX),
+        }
+    }
+}
+
+impl ProfileBuilder {
+    /// The profiled range `[base, base + size)` of this process's address space.
+    pub fn range(mut self, base: usize, size: usize) -> Self {
+        self.base = base as u64;
+        self.size = size as u64;
+        self
+    }
+
+    /// `BucketSize`: log2 of a bucket's size in bytes (2 = 4-byte buckets … 31 = 2 GiB buckets).
+    pub fn bucket_size(mut self, log2: u32) -> Self {
+        self.bucket_size = log2;
+        self
+    }
+
+    /// The profile source (default [`ProfileSource::Time`]).
+    pub fn source(mut self, source: ProfileSource) -> Self {
+        self.source = source;
+        self
+    }
+
+    /// A `KAFFINITY` for the caller's current processor group, as `NtCreateProfile` takes it:
+    /// `u64::MAX` means every online CPU of the group (the default).
+    pub fn affinity_mask(mut self, mask: u64) -> Self {
+        self.affinity = AffinitySpec::Mask(mask);
+        self
+    }
+
+    /// Explicit CPU numbers; each must be online when the profile is built.
+    pub fn cpus(mut self, cpus: impl IntoIterator<Item = usize>) -> Self {
+        self.affinity = AffinitySpec::Cpus(CpuSet::from_cpus(cpus));
+        self
+    }
+
+    /// Every online CPU, resolved again at each start (`NtCreateProfileEx` with `GroupCount == 0`).
+    pub fn all_cpus(mut self) -> Self {
+        self.affinity = AffinitySpec::AllActive;
+        self
+    }
+
+    /// Create the profile, stopped, with a zeroed counter buffer of exactly the counters the range needs.
+    #[doc(alias = "NtCreateProfile")]
+    ///
+    /// # Errors
+    /// In the order of spec section 3: `STATUS_INVALID_PARAMETER` (bucket size), `STATUS_BUFFER_OVERFLOW`
+    /// (the range wraps), `STATUS_NOT_SUPPORTED` (source), `STATUS_INVALID_PARAMETER` (processors),
+    /// `STATUS_PRIVILEGE_NOT_HELD` (a kernel range without the privilege), `STATUS_INSUFFICIENT_RESOURCES`
+    /// (the counters cannot be allocated or exceed `ULONG` sizes).
+    pub fn build(self) -> Result<Profile, NtStatus> {
+        if !(crate::buckets::MIN_BUCKET_SIZE..=crate::buckets::MAX_BUCKET_SIZE).contains(&self.bucket_size) {
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
+        let needed = crate::buckets::counters_needed(self.size, self.bucket_size).max(1);
+        // The buffer must fit a ULONG BufferSize, as the C API's.
+        let buffer_size = u32::try_from(needed * 4).map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
+        let (layout, source) =
+            check_front(self.base, self.size, self.bucket_size, buffer_size, self.source.to_raw())?;
+        let online = online_cpus();
+        let affinity = match self.affinity {
+            AffinitySpec::Mask(m) => Affinity::from_kaffinity(m, current_group(), &online)?,
+            AffinitySpec::AllActive => Affinity::AllActive,
+            AffinitySpec::Cpus(set) => {
+                if set.is_empty() || !set.is_subset(&online) {
+                    return Err(NtStatus::INVALID_PARAMETER);
+                }
+                Affinity::Cpus(set)
+            }
+        };
+        check_kernel_privilege(&layout)?;
+        let mut counters: Vec<AtomicU32> = Vec::new();
+        counters.try_reserve_exact(needed as usize).map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
+        counters.resize_with(needed as usize, || AtomicU32::new(0));
+        let storage = CounterStorage::Owned(counters.into_boxed_slice());
+        let core = ProfileCore::new(layout, source, Target::CurrentProcess, affinity, storage);
+        Ok(Profile { core: Arc::new(core) })
+    }
+}
+
+/// A profile of this process: a histogram of sampled program counters over a range, counted into buckets.
+///
+/// Created stopped; counts accumulate across start/stop cycles until [`Profile::clear`]. Dropping a started
+/// profile stops it first.
+pub struct Profile {
+    core: Arc<ProfileCore>,
+}
+
+impl std::fmt::Debug for Profile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Profile")
+            .field("layout", &self.core.layout)
+            .field("source", &self.core.source)
+            .field("affinity", &self.core.affinity)
+            .finish()
+    }
+}
+
+impl Profile {
+    /// A builder for a profile of this process.
+    pub fn builder() -> ProfileBuilder {
+        ProfileBuilder::default()
+    }
+
+    /// `NtStartProfile(ProfileHandle)` — start sampling.
+    #[doc(alias = "NtStartProfile")]
+    ///
+    /// # Errors
+    /// `STATUS_PROFILING_NOT_STOPPED` (already started), `STATUS_PROFILING_AT_LIMIT` (8192 × online CPUs
+    /// started profiles), `STATUS_INSUFFICIENT_RESOURCES` (descriptors, ring memory), and the mapping of
+    /// [`perf_event_open(2)`](https://man7.org/linux/man-pages/man2/perf_event_open.2.html) errors.
+    pub fn start(&self) -> Result<(), NtStatus> {
+        engine::start(&self.core)
+    }
+
+    /// `NtStopProfile(ProfileHandle)` — stop sampling. A barrier: when it returns, every sample taken before the
+    /// call is counted and nothing writes to the counts any more.
+    #[doc(alias = "NtStopProfile")]
+    ///
+    /// # Errors
+    /// `STATUS_PROFILING_NOT_STARTED` when the profile is not started.
+    pub fn stop(&self) -> Result<(), NtStatus> {
+        engine::stop(&self.core)
+    }
+
+    /// True while started.
+    pub fn is_started(&self) -> bool {
+        engine::is_started(self.core.id)
+    }
+
+    /// The counters now (every sample taken before the call is included).
+    pub fn counts(&self) -> Vec<u32> {
+        if self.is_started() {
+            let _ = engine::sync();
+        }
+        self.core.storage.snapshot().unwrap_or_default()
+    }
+
+    /// The statistics now: counted, outside the range, lost, throttled.
+    pub fn stats(&self) -> ProfileStats {
+        if self.is_started() {
+            let _ = engine::sync();
+        }
+        self.core.stats.read()
+    }
+
+    /// Zero every counter (the statistics keep accumulating).
+    pub fn clear(&self) {
+        self.core.storage.clear();
+    }
+
+    /// The range and bucket layout.
+    pub fn layout(&self) -> BucketLayout {
+        self.core.layout
+    }
+
+    /// The source.
+    pub fn source(&self) -> ProfileSource {
+        self.core.source
+    }
+
+    /// The address range `[start, end)` that counter `index` covers.
+    pub fn bucket_range(&self, index: usize) -> (u64, u64) {
+        let l = self.core.layout;
+        let start = l.base + ((index as u64) << l.bucket_size);
+        (start, (start + (1u64 << l.bucket_size)).min(l.end()))
+    }
+}
+
+impl Drop for Profile {
+    fn drop(&mut self) {
+        if self.is_started() {
+            let _ = engine::stop(&self.core);
+        }
+    }
+}
+
+/// `NtSetIntervalProfile(Interval, Source)` — set a source's interval (shared by all its profiles), clamped into
+/// its limits and applied at once to running profiles. A value for an unsupported source is ignored. Returns
+/// the effective interval (0 for an unsupported source).
+#[doc(alias = "NtSetIntervalProfile")]
+pub fn set_interval(source: ProfileSource, interval: u32) -> u32 {
+    if !source.support().is_supported() {
+        return 0;
+    }
+    engine::set_interval(source, interval)
+}
+
+/// `NtQueryIntervalProfile(Source, &Interval)` — the effective interval of a source (after clamping), or 0 when
+/// the source is not supported on this machine.
+#[doc(alias = "NtQueryIntervalProfile")]
+pub fn query_interval(source: ProfileSource) -> u32 {
+    if !source.support().is_supported() {
+        return 0;
+    }
+    source::effective_interval(source)
+}

@@ -1,0 +1,364 @@
+//! Streams, the consumer thread's lifecycle, start, stop (the barrier) and interval changes.
+//!
+//! A *stream* is the set of perf events of one (source, target, kernel-or-not): for the current process one
+//! event per (thread × CPU) with `inherit` + `inherit_thread`, all events of a CPU writing into one ring through
+//! `PERF_EVENT_IOC_SET_OUTPUT`. It opens when its first profile starts, grows when a started profile needs more
+//! CPUs, and closes when its last profile stops. Its period is the source's interval, shared, as in NT.
+//!
+//! API calls serialize on one mutex here (the control path); the consumer thread never takes it.
+
+pub(crate) mod consumer;
+#[allow(unsafe_code)]
+pub(crate) mod counters;
+pub(crate) mod index;
+
+use std::collections::HashSet;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+
+use crossbeam::channel::{Sender, bounded, unbounded};
+
+use crate::affinity::{CpuSet, online_cpus};
+use crate::perf::event::{self, EventParams};
+use crate::perf::ring::{Ring, SampleLayout};
+use crate::perf::sys::{Waker, gettid};
+use crate::profile::ProfileCore;
+use crate::source::{self, ProfileSource};
+use crate::status::NtStatus;
+use crate::target::Target;
+use consumer::{Consumer, Msg, RingIn};
+
+/// Data pages per ring (a power of two): 64 pages = 256 KiB, shrunk step by step when the locked-memory budget
+/// (`perf_event_mlock_kb` per CPU plus `RLIMIT_MEMLOCK`) is short.
+pub(crate) const RING_PAGES: usize = 64;
+/// How many times a start re-scans the thread list looking for threads created meanwhile.
+const RESCAN_LIMIT: usize = 64;
+/// Started profiles allowed per online processor (NT's limit).
+pub const STARTED_PER_CPU: usize = 8192;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct StreamKey {
+    source: ProfileSource,
+    target: Target,
+    kernel: bool,
+}
+
+struct Stream {
+    id: u64,
+    key: StreamKey,
+    params: EventParams,
+    cpus: CpuSet,
+    /// Every event descriptor of the stream (ring owners and redirected ones).
+    fds: Vec<OwnedFd>,
+    /// Started profiles on this stream.
+    profiles: usize,
+}
+
+struct ConsumerHandle {
+    tx: Sender<Msg>,
+    waker: Arc<Waker>,
+    thread: JoinHandle<()>,
+    tid: i32,
+}
+
+struct Engine {
+    consumer: Option<ConsumerHandle>,
+    streams: Vec<Stream>,
+    /// (profile id, stream id) of every started profile.
+    started: Vec<(u64, u64)>,
+    next_stream: u64,
+}
+
+static ENGINE: Mutex<Engine> =
+    Mutex::new(Engine { consumer: None, streams: Vec::new(), started: Vec::new(), next_stream: 1 });
+
+fn lock() -> MutexGuard<'static, Engine> {
+    // A panic while holding the lock leaves the tables consistent at every await point; keep going.
+    ENGINE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The started-profile limit now: 8192 × online processors.
+pub fn started_limit() -> usize {
+    STARTED_PER_CPU * online_cpus().len()
+}
+
+/// True when the profile is started.
+pub(crate) fn is_started(profile: u64) -> bool {
+    lock().started.iter().any(|(p, _)| *p == profile)
+}
+
+/// Number of started profiles in this process.
+pub fn started_count() -> usize {
+    lock().started.len()
+}
+
+/// `NtStartProfile`'s work: open or grow the stream, publish the profile to the consumer, enable the events.
+pub(crate) fn start(core: &Arc<ProfileCore>) -> Result<(), NtStatus> {
+    let mut eng = lock();
+    if eng.started.iter().any(|(p, _)| *p == core.id) {
+        return Err(NtStatus::PROFILING_NOT_STOPPED);
+    }
+    if eng.started.len() >= started_limit() {
+        return Err(NtStatus::PROFILING_AT_LIMIT);
+    }
+    let cpus = core.affinity.effective(&online_cpus());
+    let key = StreamKey { source: core.source, target: core.target.clone(), kernel: core.wants_kernel() };
+    eng.ensure_consumer()?;
+    let result = eng.start_on(core, key, cpus);
+    eng.shutdown_if_idle();
+    result
+}
+
+/// `NtStopProfile`'s work, the barrier: disable (if it was the stream's last profile), drain every ring of the
+/// stream, unpublish, and return only when the consumer can no longer touch the buffer.
+pub(crate) fn stop(core: &ProfileCore) -> Result<(), NtStatus> {
+    let mut eng = lock();
+    let pos =
+        eng.started.iter().position(|(p, _)| *p == core.id).ok_or(NtStatus::PROFILING_NOT_STARTED)?;
+    let (_, stream) = eng.started.remove(pos);
+    let result = eng.unpublish(stream, core.id);
+    eng.shutdown_if_idle();
+    result
+}
+
+/// Ask the consumer to drain every ring now, so that live reads see every sample taken before the call.
+pub(crate) fn sync() -> Result<(), NtStatus> {
+    let eng = lock();
+    if eng.consumer.is_none() {
+        return Ok(());
+    }
+    eng.request(|ack| Msg::Sync { ack })
+}
+
+/// `NtSetIntervalProfile`'s work: store the clamped interval and re-program every running stream of the source
+/// at once (`PERF_EVENT_IOC_PERIOD` reaches inherited children too). Returns the effective interval.
+pub(crate) fn set_interval(source: ProfileSource, interval: u32) -> u32 {
+    let mut eng = lock();
+    let effective = source::store_interval(source, interval);
+    let period = source.period_for(effective);
+    for s in eng.streams.iter_mut().filter(|s| s.key.source == source && s.params.period != period) {
+        for fd in &s.fds {
+            // A descriptor whose thread exited answers ESRCH or nothing; the others take the new period.
+            let _ = event::set_period(fd.as_fd(), period);
+        }
+        s.params.period = period;
+    }
+    effective
+}
+
+/// The perf period streams of `source` use now (for tests and the listing).
+pub fn stream_period(source: ProfileSource) -> Option<u64> {
+    lock().streams.iter().find(|s| s.key.source == source).map(|s| s.params.period)
+}
+
+impl Engine {
+    fn ensure_consumer(&mut self) -> Result<(), NtStatus> {
+        if self.consumer.is_some() {
+            return Ok(());
+        }
+        // Invariant: the consumer is created only while no stream exists, so it never inherits an event.
+        debug_assert!(self.streams.is_empty());
+        let waker = Arc::new(Waker::new().map_err(NtStatus::from_errno)?);
+        let (tx, rx) = unbounded();
+        let consumer = Consumer::new(rx, waker.clone()).map_err(NtStatus::from_errno)?;
+        let (tid_tx, tid_rx) = bounded(1);
+        let thread = std::thread::Builder::new()
+            .name("ntprofile-consumer".into())
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                // Process-directed signals are for the program's threads, not for ours.
+                let _ = nix::sys::signal::pthread_sigmask(
+                    nix::sys::signal::SigmaskHow::SIG_BLOCK,
+                    Some(&nix::sys::signal::SigSet::all()),
+                    None,
+                );
+                let _ = tid_tx.send(gettid());
+                consumer.run();
+            })
+            .map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
+        let tid = tid_rx.recv().map_err(|_| NtStatus::INTERNAL_ERROR)?;
+        self.consumer = Some(ConsumerHandle { tx, waker, thread, tid });
+        Ok(())
+    }
+
+    /// Stop the consumer thread when no stream is left (so an idle process keeps no thread of ours).
+    fn shutdown_if_idle(&mut self) {
+        if !self.streams.is_empty() {
+            return;
+        }
+        if let Some(c) = self.consumer.take() {
+            let _ = c.tx.send(Msg::Exit);
+            c.waker.wake();
+            let _ = c.thread.join();
+        }
+    }
+
+    /// Send a request to the consumer and wait for its ack.
+    fn request(&self, make: impl FnOnce(Sender<()>) -> Msg) -> Result<(), NtStatus> {
+        let c = self.consumer.as_ref().ok_or(NtStatus::INTERNAL_ERROR)?;
+        let (ack, done) = bounded(1);
+        c.tx.send(make(ack)).map_err(|_| NtStatus::INTERNAL_ERROR)?;
+        c.waker.wake();
+        // A consumer that died drops the ack sender: recv fails rather than hanging.
+        done.recv().map_err(|_| NtStatus::INTERNAL_ERROR)
+    }
+
+    fn start_on(&mut self, core: &Arc<ProfileCore>, key: StreamKey, cpus: CpuSet) -> Result<(), NtStatus> {
+        let consumer_tid = self.consumer.as_ref().map(|c| c.tid).unwrap_or(-1);
+        let si = match self.streams.iter().position(|s| s.key == key) {
+            Some(i) => i,
+            None => {
+                let source = key.source;
+                let params = EventParams {
+                    spec: source.perf_event().ok_or(NtStatus::NOT_SUPPORTED)?,
+                    period: source.period_for(source::effective_interval(source)),
+                    exclude_kernel: !key.kernel,
+                    sample_tid: false,
+                    inherit_threads: true,
+                    wakeup_watermark: RING_PAGES * crate::perf::ring::page_size() / 4,
+                };
+                let id = self.next_stream;
+                self.next_stream += 1;
+                self.streams.push(Stream { id, key, params, cpus: CpuSet::new(), fds: Vec::new(), profiles: 0 });
+                self.streams.len() - 1
+            }
+        };
+        let sid = self.streams[si].id;
+        let missing: CpuSet = CpuSet::from_cpus(cpus.iter().filter(|c| !self.streams[si].cpus.contains(*c)));
+        let first_new = self.streams[si].fds.len();
+        if !missing.is_empty() {
+            let s = &self.streams[si];
+            let opened = open_cpus(&s.params, &s.key.target, &missing, consumer_tid);
+            let (fds, rings) = match opened {
+                Ok(v) => v,
+                Err(e) => {
+                    if self.streams[si].profiles == 0 && self.streams[si].fds.is_empty() {
+                        self.streams.remove(si);
+                    }
+                    return Err(e);
+                }
+            };
+            let s = &mut self.streams[si];
+            s.fds.extend(fds);
+            s.cpus = s.cpus.union(&missing);
+            if let Err(e) = self.request(|ack| Msg::AddRings { stream: sid, rings, ack }) {
+                self.drop_stream_if_unused(si);
+                return Err(e);
+            }
+        }
+        if let Err(e) = self.request(|ack| Msg::Publish { stream: sid, core: core.clone(), cpus, ack }) {
+            self.drop_stream_if_unused(si);
+            return Err(e);
+        }
+        // Enable only after the profile is published, so that its first samples count.
+        let mut failed = None;
+        for fd in &self.streams[si].fds[first_new..] {
+            if let Err(errno) = event::enable(fd.as_fd())
+                && errno != libc::ESRCH
+            {
+                failed = Some(NtStatus::from_errno(errno));
+            }
+        }
+        self.streams[si].profiles += 1;
+        self.started.push((core.id, sid));
+        if let Some(status) = failed {
+            self.started.pop();
+            let _ = self.unpublish(sid, core.id);
+            return Err(status);
+        }
+        Ok(())
+    }
+
+    fn drop_stream_if_unused(&mut self, si: usize) {
+        if self.streams[si].profiles == 0 {
+            let sid = self.streams[si].id;
+            let _ = self.request(|ack| Msg::RemoveStream { stream: sid, ack });
+            self.streams.remove(si);
+        }
+    }
+
+    fn unpublish(&mut self, sid: u64, profile: u64) -> Result<(), NtStatus> {
+        let Some(si) = self.streams.iter().position(|s| s.id == sid) else {
+            return Err(NtStatus::INTERNAL_ERROR);
+        };
+        let last = self.streams[si].profiles == 1;
+        if last {
+            for fd in &self.streams[si].fds {
+                let _ = event::disable(fd.as_fd());
+            }
+        }
+        let result = self.request(|ack| Msg::Unpublish { stream: sid, profile, ack });
+        self.streams[si].profiles -= 1;
+        if last {
+            let removed = self.request(|ack| Msg::RemoveStream { stream: sid, ack });
+            // Dropping the stream closes its descriptors; the consumer has unmapped the rings.
+            self.streams.remove(si);
+            return result.and(removed);
+        }
+        result
+    }
+}
+
+/// Open the events of `target` on `cpus`: one per (thread × CPU), the first of each CPU owning the CPU's ring,
+/// the others redirected into it. Re-scans the thread list until no new thread shows up.
+fn open_cpus(
+    params: &EventParams,
+    target: &Target,
+    cpus: &CpuSet,
+    skip_tid: i32,
+) -> Result<(Vec<OwnedFd>, Vec<RingIn>), NtStatus> {
+    let cpus: Vec<usize> = cpus.iter().collect();
+    let layout = SampleLayout { tid: params.sample_tid };
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    let mut rings: Vec<RingIn> = Vec::new();
+    let mut owner: Vec<Option<usize>> = vec![None; cpus.len()];
+    let mut done: HashSet<i32> = HashSet::new();
+    for _ in 0..RESCAN_LIMIT {
+        let fresh: Vec<i32> =
+            target.threads()?.into_iter().filter(|t| *t != skip_tid && !done.contains(t)).collect();
+        if fresh.is_empty() {
+            break;
+        }
+        for tid in fresh {
+            done.insert(tid);
+            for (ci, &cpu) in cpus.iter().enumerate() {
+                let fd = match event::open(params, tid, cpu) {
+                    Ok(fd) => fd,
+                    Err(libc::ESRCH) => break, // the thread exited meanwhile
+                    Err(errno) => return Err(NtStatus::from_errno(errno)),
+                };
+                match owner[ci] {
+                    None => {
+                        let ring = map_ring(&fd, layout)?;
+                        rings.push(RingIn { cpu, ring, fd: fd.as_raw_fd() });
+                        owner[ci] = Some(fds.len());
+                    }
+                    Some(o) => {
+                        event::set_output(fd.as_fd(), fds[o].as_fd()).map_err(NtStatus::from_errno)?;
+                    }
+                }
+                fds.push(fd);
+            }
+        }
+    }
+    if rings.len() != cpus.len() {
+        // No thread could be observed at all (the target is gone).
+        return Err(NtStatus::INVALID_HANDLE);
+    }
+    Ok((fds, rings))
+}
+
+/// Map a ring within the locked-memory budget: halve the size on EPERM/ENOMEM down to one page, then fail with
+/// `STATUS_INSUFFICIENT_RESOURCES`.
+fn map_ring(fd: &OwnedFd, layout: SampleLayout) -> Result<Ring, NtStatus> {
+    let mut pages = RING_PAGES;
+    loop {
+        match Ring::map(fd.as_fd(), pages, layout) {
+            Ok(ring) => return Ok(ring),
+            Err(libc::EPERM | libc::ENOMEM) if pages > 1 => pages /= 2,
+            Err(libc::EPERM | libc::ENOMEM) => return Err(NtStatus::INSUFFICIENT_RESOURCES),
+            Err(errno) => return Err(NtStatus::from_errno(errno)),
+        }
+    }
+}

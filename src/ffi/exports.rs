@@ -1,0 +1,298 @@
+//! The `extern "C"` exports with NT names and their `Zw` aliases.
+//!
+//! Every export: a panic boundary (`catch_unwind` → `STATUS_INTERNAL_ERROR`), argument checks in the spec's
+//! order, pointer probes before any access, handles looked up in the table and never cast to pointers. Pointer
+//! arguments are only ever turned into addresses; all memory access goes through `probe`.
+//!
+//! # Safety
+//! `#[unsafe(no_mangle)]` is the only unsafe item here: each exported name is unique in the library and is
+//! declared with the same signature in `include/ntprofile.h`.
+
+use std::ffi::c_void;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+
+use super::handles::{Object, table};
+use super::probe;
+use crate::affinity::{Affinity, current_group, online_cpus};
+use crate::engine::{self, counters::CounterStorage};
+use crate::profile::{ProfileCore, ProfileStats, check_front, check_kernel_privilege};
+use crate::source::{self, ProfileSource};
+use crate::status::NtStatus;
+use crate::target::{Target, has_system_profile_privilege};
+
+/// `HANDLE`.
+pub type Handle = *mut c_void;
+
+/// `NtCurrentProcess()`.
+const CURRENT_PROCESS: usize = usize::MAX;
+
+/// Run `f` behind the panic boundary.
+fn boundary(f: impl FnOnce() -> Result<(), NtStatus>) -> i32 {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => NtStatus::SUCCESS.0,
+        Ok(Err(status)) => status.0,
+        Err(_) => NtStatus::INTERNAL_ERROR.0,
+    }
+}
+
+/// Which processors an export asked for (resolved at check 8).
+enum AffinityArg {
+    /// `NtCreateProfile`'s KAFFINITY.
+    Mask(u64),
+    /// `NtCreateProfileEx`'s GROUP_AFFINITY array: count and address.
+    Groups(u16, usize),
+}
+
+/// Size of `GROUP_AFFINITY`.
+const GROUP_AFFINITY_SIZE: usize = 16;
+
+#[allow(clippy::too_many_arguments)]
+fn create(
+    handle_out: usize,
+    process: usize,
+    base: usize,
+    size: usize,
+    bucket_size: u32,
+    buffer: usize,
+    buffer_size: u32,
+    source: u32,
+    affinity: AffinityArg,
+) -> Result<(), NtStatus> {
+    // Checks 1-6: buffer size, bucket size, buffer sufficiency, overflow, source.
+    let (layout, source) = check_front(base as u64, size as u64, bucket_size, buffer_size, source)?;
+    // Check 7: pointer probes, handle pointer first.
+    probe::probe_write(handle_out, std::mem::size_of::<usize>())?;
+    if buffer % 4 != 0 {
+        return Err(NtStatus::DATATYPE_MISALIGNMENT);
+    }
+    if !probe::is_writable(buffer, buffer_size as usize) {
+        return Err(NtStatus::ACCESS_VIOLATION);
+    }
+    let mut groups = Vec::new();
+    if let AffinityArg::Groups(count, addr) = affinity
+        && count > 0
+    {
+        if addr % 4 != 0 {
+            return Err(NtStatus::DATATYPE_MISALIGNMENT);
+        }
+        let mut raw = vec![0u8; usize::from(count) * GROUP_AFFINITY_SIZE];
+        probe::read_bytes(addr, &mut raw)?;
+        for rec in raw.chunks_exact(GROUP_AFFINITY_SIZE) {
+            let word = |i: usize| u16::from_ne_bytes([rec[i], rec[i + 1]]);
+            let mask = u64::from_ne_bytes(rec[0..8].try_into().map_err(|_| NtStatus::INTERNAL_ERROR)?);
+            groups.push((mask, word(8), [word(10), word(12), word(14)]));
+        }
+    }
+    // Check 8: processors.
+    let online = online_cpus();
+    let affinity = match affinity {
+        AffinityArg::Mask(mask) => Affinity::from_kaffinity(mask, current_group(), &online)?,
+        AffinityArg::Groups(..) => Affinity::from_groups(&groups, &online)?,
+    };
+    // Check 9: process.
+    let mut table = table();
+    let target = match process {
+        CURRENT_PROCESS => Target::CurrentProcess,
+        0 => {
+            if !has_system_profile_privilege() {
+                return Err(NtStatus::PRIVILEGE_NOT_HELD);
+            }
+            // Global profiles (every process) are not implemented yet.
+            return Err(NtStatus::NOT_SUPPORTED);
+        }
+        other => match table.get(other)? {
+            Object::Profile(_) => return Err(NtStatus::OBJECT_TYPE_MISMATCH),
+        },
+    };
+    check_kernel_privilege(&layout)?;
+    // Check 10: create, stopped; write the handle.
+    let storage = CounterStorage::Borrowed { addr: buffer, len: (buffer_size / 4) as usize };
+    let core = ProfileCore::new(layout, source, target, affinity, storage);
+    let handle = table.insert(Object::Profile(Arc::new(core)))?;
+    if let Err(status) = probe::write_bytes(handle_out, &handle.to_ne_bytes()) {
+        let _ = table.remove(handle);
+        return Err(status);
+    }
+    Ok(())
+}
+
+/// `NtCreateProfile` — create a profile object, stopped.
+///
+/// # Safety
+/// Callable from C with any argument values: pointers are probed, never trusted.
+#[unsafe(no_mangle)]
+pub extern "C" fn NtCreateProfile(
+    profile_handle: *mut Handle,
+    process: Handle,
+    profile_base: *mut c_void,
+    profile_size: usize,
+    bucket_size: u32,
+    buffer: *mut u32,
+    buffer_size: u32,
+    profile_source: u32,
+    affinity: usize,
+) -> i32 {
+    boundary(|| {
+        create(
+            profile_handle as usize,
+            process as usize,
+            profile_base as usize,
+            profile_size,
+            bucket_size,
+            buffer as usize,
+            buffer_size,
+            profile_source,
+            AffinityArg::Mask(affinity as u64),
+        )
+    })
+}
+
+/// `NtCreateProfileEx` — create a profile object on processors given as `GROUP_AFFINITY` records.
+#[unsafe(no_mangle)]
+pub extern "C" fn NtCreateProfileEx(
+    profile_handle: *mut Handle,
+    process: Handle,
+    profile_base: *mut c_void,
+    profile_size: usize,
+    bucket_size: u32,
+    buffer: *mut u32,
+    buffer_size: u32,
+    profile_source: u32,
+    group_count: u16,
+    group_affinity: *mut c_void,
+) -> i32 {
+    boundary(|| {
+        create(
+            profile_handle as usize,
+            process as usize,
+            profile_base as usize,
+            profile_size,
+            bucket_size,
+            buffer as usize,
+            buffer_size,
+            profile_source,
+            AffinityArg::Groups(group_count, group_affinity as usize),
+        )
+    })
+}
+
+fn with_profile(
+    handle: Handle,
+    f: impl FnOnce(&Arc<ProfileCore>) -> Result<(), NtStatus>,
+) -> Result<(), NtStatus> {
+    let table = table();
+    match table.get(handle as usize)? {
+        Object::Profile(core) => f(core),
+    }
+}
+
+/// `NtStartProfile` — start sampling.
+#[unsafe(no_mangle)]
+pub extern "C" fn NtStartProfile(profile_handle: Handle) -> i32 {
+    boundary(|| {
+        with_profile(profile_handle, |core| {
+            if engine::is_started(core.id) {
+                return Err(NtStatus::PROFILING_NOT_STOPPED);
+            }
+            // The caller may have unmapped the buffer since create: probe it again.
+            if let CounterStorage::Borrowed { addr, len } = core.storage
+                && !probe::is_writable(addr, len * 4)
+            {
+                return Err(NtStatus::ACCESS_VIOLATION);
+            }
+            engine::start(core)
+        })
+    })
+}
+
+/// `NtStopProfile` — stop sampling; returns when the counts are complete.
+#[unsafe(no_mangle)]
+pub extern "C" fn NtStopProfile(profile_handle: Handle) -> i32 {
+    boundary(|| with_profile(profile_handle, |core| engine::stop(core)))
+}
+
+/// `NtClose` — close a handle; a started profile is stopped first.
+#[unsafe(no_mangle)]
+pub extern "C" fn NtClose(handle: Handle) -> i32 {
+    boundary(|| {
+        let mut table = table();
+        match table.remove(handle as usize)? {
+            Object::Profile(core) => {
+                if engine::is_started(core.id) {
+                    let _ = engine::stop(&core);
+                }
+            }
+        }
+        Ok(())
+    })
+}
+
+/// `NtSetIntervalProfile` — set a source's interval (interval first). Always succeeds; an unsupported source's
+/// value is ignored.
+#[unsafe(no_mangle)]
+pub extern "C" fn NtSetIntervalProfile(interval: u32, source: u32) -> i32 {
+    boundary(|| {
+        if let Some(source) = ProfileSource::from_raw(source)
+            && source.support().is_supported()
+        {
+            engine::set_interval(source, interval);
+        }
+        Ok(())
+    })
+}
+
+/// `NtQueryIntervalProfile` — the effective interval of a source (source first); 0 for an unsupported one.
+#[unsafe(no_mangle)]
+pub extern "C" fn NtQueryIntervalProfile(profile_source: u32, interval: *mut u32) -> i32 {
+    boundary(|| {
+        let value = match ProfileSource::from_raw(profile_source) {
+            Some(s) if s.support().is_supported() => source::effective_interval(s),
+            _ => 0,
+        };
+        probe::write_bytes(interval as usize, &value.to_ne_bytes())
+    })
+}
+
+/// `NtprofileQueryStatistics` — what a profile counted: counted, outside the range, lost, throttled
+/// (`NTPROFILE_STATISTICS`, four `ULONGLONG`s). Live while started; final after stop.
+#[unsafe(no_mangle)]
+pub extern "C" fn NtprofileQueryStatistics(profile_handle: Handle, statistics: *mut ProfileStats) -> i32 {
+    boundary(|| {
+        with_profile(profile_handle, |core| {
+            if engine::is_started(core.id) {
+                engine::sync()?;
+            }
+            let s = core.stats.read();
+            let mut bytes = [0u8; 32];
+            for (i, v) in [s.counted, s.outside, s.lost, s.throttled].into_iter().enumerate() {
+                bytes[i * 8..i * 8 + 8].copy_from_slice(&v.to_ne_bytes());
+            }
+            probe::write_bytes(statistics as usize, &bytes)
+        })
+    })
+}
+
+macro_rules! zw_aliases {
+    ($($zw:ident => $nt:ident ( $($arg:ident : $ty:ty),* );)*) => {$(
+        #[doc = concat!("`", stringify!($zw), "`: the same as [`", stringify!($nt), "`].")]
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $zw($($arg: $ty),*) -> i32 {
+            $nt($($arg),*)
+        }
+    )*};
+}
+
+zw_aliases! {
+    ZwCreateProfile => NtCreateProfile(profile_handle: *mut Handle, process: Handle, profile_base: *mut c_void,
+        profile_size: usize, bucket_size: u32, buffer: *mut u32, buffer_size: u32, profile_source: u32,
+        affinity: usize);
+    ZwCreateProfileEx => NtCreateProfileEx(profile_handle: *mut Handle, process: Handle,
+        profile_base: *mut c_void, profile_size: usize, bucket_size: u32, buffer: *mut u32, buffer_size: u32,
+        profile_source: u32, group_count: u16, group_affinity: *mut c_void);
+    ZwStartProfile => NtStartProfile(profile_handle: Handle);
+    ZwStopProfile => NtStopProfile(profile_handle: Handle);
+    ZwClose => NtClose(handle: Handle);
+    ZwSetIntervalProfile => NtSetIntervalProfile(interval: u32, source: u32);
+    ZwQueryIntervalProfile => NtQueryIntervalProfile(profile_source: u32, interval: *mut u32);
+}

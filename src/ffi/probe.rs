@@ -1,0 +1,150 @@
+//! Pointer probes for the exports: a pointer from C is never dereferenced before it is known to be mapped with
+//! the right access in this process. Writes and reads of small out-values go through `process_vm_writev(2)` /
+//! `process_vm_readv(2)` on our own process, which fail with EFAULT instead of faulting; the counter buffer is
+//! checked against `/proc/self/maps`.
+//!
+//! # Safety
+//! The one direct write (`write_direct`) happens only after `/proc/self/maps` showed the whole destination
+//! mapped writable; it is the fallback for systems where `process_vm_writev` is filtered out.
+
+use std::io::{IoSlice, IoSliceMut};
+
+use nix::sys::uio::{RemoteIoVec, process_vm_readv, process_vm_writev};
+use nix::unistd::Pid;
+
+use crate::status::NtStatus;
+
+fn me() -> Pid {
+    Pid::this()
+}
+
+/// True when `[addr, addr + len)` lies entirely in mappings with write permission (per `/proc/self/maps`).
+pub(crate) fn is_writable(addr: usize, len: usize) -> bool {
+    range_has(addr, len, b'w')
+}
+
+/// True when `[addr, addr + len)` lies entirely in mappings with read permission.
+pub(crate) fn is_readable(addr: usize, len: usize) -> bool {
+    range_has(addr, len, b'r')
+}
+
+fn range_has(addr: usize, len: usize, perm: u8) -> bool {
+    if addr == 0 {
+        return false;
+    }
+    let Some(end) = addr.checked_add(len) else { return false };
+    if len == 0 {
+        return true;
+    }
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return false };
+    let mut cursor = addr;
+    // Mappings are listed in address order: walk them, extending the covered prefix.
+    for line in maps.lines() {
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { continue };
+        let Some((lo, hi)) = range.split_once('-') else { continue };
+        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) else {
+            continue;
+        };
+        if hi <= cursor {
+            continue;
+        }
+        if lo > cursor || !perms.as_bytes().contains(&perm) {
+            return false;
+        }
+        cursor = hi;
+        if cursor >= end {
+            return true;
+        }
+    }
+    false
+}
+
+/// Write `bytes` at `addr` in this process, or `STATUS_ACCESS_VIOLATION` when that memory is not writable.
+pub(crate) fn write_bytes(addr: usize, bytes: &[u8]) -> Result<(), NtStatus> {
+    if addr == 0 || addr.checked_add(bytes.len()).is_none() {
+        return Err(NtStatus::ACCESS_VIOLATION);
+    }
+    let local = [IoSlice::new(bytes)];
+    let remote = [RemoteIoVec { base: addr, len: bytes.len() }];
+    match process_vm_writev(me(), &local, &remote) {
+        Ok(n) if n == bytes.len() => Ok(()),
+        Ok(_) | Err(nix::errno::Errno::EFAULT) => Err(NtStatus::ACCESS_VIOLATION),
+        // Filtered (seccomp) or missing: check the maps, then write directly.
+        Err(_) => {
+            if is_writable(addr, bytes.len()) {
+                write_direct(addr, bytes);
+                Ok(())
+            } else {
+                Err(NtStatus::ACCESS_VIOLATION)
+            }
+        }
+    }
+}
+
+#[allow(unsafe_code)]
+fn write_direct(addr: usize, bytes: &[u8]) {
+    // SAFETY: `/proc/self/maps` showed [addr, addr + len) mapped writable (checked by the caller); the
+    // destination is caller memory we were asked to write, byte-wise, with no alignment assumption.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) };
+}
+
+/// Read `out.len()` bytes at `addr` in this process, or `STATUS_ACCESS_VIOLATION` when not readable.
+pub(crate) fn read_bytes(addr: usize, out: &mut [u8]) -> Result<(), NtStatus> {
+    if addr == 0 || addr.checked_add(out.len()).is_none() {
+        return Err(NtStatus::ACCESS_VIOLATION);
+    }
+    let len = out.len();
+    let remote = [RemoteIoVec { base: addr, len }];
+    let mut local = [IoSliceMut::new(out)];
+    match process_vm_readv(me(), &mut local, &remote) {
+        Ok(n) if n == len => Ok(()),
+        Ok(_) | Err(nix::errno::Errno::EFAULT) => Err(NtStatus::ACCESS_VIOLATION),
+        Err(_) => {
+            if is_readable(addr, len) {
+                read_direct(addr, out);
+                Ok(())
+            } else {
+                Err(NtStatus::ACCESS_VIOLATION)
+            }
+        }
+    }
+}
+
+#[allow(unsafe_code)]
+fn read_direct(addr: usize, out: &mut [u8]) {
+    // SAFETY: `/proc/self/maps` showed [addr, addr + len) mapped readable (checked by the caller).
+    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len()) };
+}
+
+/// NT's `ProbeForWrite` of an out-value: read it and write the same bytes back (no visible change), or
+/// `STATUS_ACCESS_VIOLATION`.
+pub(crate) fn probe_write(addr: usize, len: usize) -> Result<(), NtStatus> {
+    let mut buf = [0u8; 16];
+    let buf = buf.get_mut(..len).ok_or(NtStatus::INTERNAL_ERROR)?;
+    read_bytes(addr, buf)?;
+    write_bytes(addr, buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes() {
+        let mut x: u64 = 7;
+        let addr = &mut x as *mut u64 as usize;
+        assert!(is_writable(addr, 8));
+        assert_eq!(probe_write(addr, 8), Ok(()));
+        write_bytes(addr, &9u64.to_ne_bytes()).unwrap();
+        assert_eq!(x, 9);
+        assert_eq!(write_bytes(0, &[0]), Err(NtStatus::ACCESS_VIOLATION));
+        assert_eq!(write_bytes(8, &[0]), Err(NtStatus::ACCESS_VIOLATION));
+        assert!(!is_writable(usize::MAX - 4, 8));
+        // Code is mapped read-only + exec.
+        let code = probes as *const () as usize;
+        assert!(!is_writable(code, 4));
+        assert!(is_readable(code, 4));
+        assert_eq!(write_bytes(code, &[0]), Err(NtStatus::ACCESS_VIOLATION));
+    }
+}

@@ -1,0 +1,51 @@
+//! # ntprofile
+//!
+//! The Windows NT profiling API — `NtCreateProfile`, `NtCreateProfileEx`, `NtStartProfile`, `NtStopProfile`,
+//! `NtSetIntervalProfile`, `NtQueryIntervalProfile`, `NtClose` — on Linux, backed by `perf_event` sampling.
+//! A consumer thread reads the perf mmap rings and applies the NT KPROFILE rule (range test, bucket shift) to
+//! count samples into 32-bit buckets.
+//!
+//! From Rust:
+//!
+//! ```no_run
+//! use ntprofile::{Profile, ProfileSource};
+//!
+//! fn hot() -> u64 { (0..10_000_000u64).fold(0, |a, b| a ^ b.wrapping_mul(31)) }
+//!
+//! let base = hot as usize;
+//! let profile = Profile::builder()
+//!     .range(base, 4096)      // [base, base + 4096)
+//!     .bucket_size(4)         // 16-byte buckets
+//!     .source(ProfileSource::Time)
+//!     .build()?;
+//! profile.start()?;
+//! std::hint::black_box(hot());
+//! profile.stop()?;            // a barrier: every sample taken before it is counted
+//! println!("{:?}", profile.stats());
+//! # Ok::<(), ntprofile::NtStatus>(())
+//! ```
+//!
+//! From C: `include/ntprofile.h` and `libntprofile.so`. The contract is `../shared/spec/nt-profile-api.md`,
+//! the Linux mapping `../shared/spec/linux-mapping.md`.
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod affinity;
+mod api;
+pub mod buckets;
+pub mod engine;
+#[allow(unsafe_code)]
+pub mod ffi;
+#[allow(unsafe_code)]
+mod perf;
+pub mod profile;
+pub mod source;
+pub mod status;
+pub mod target;
+
+pub use affinity::{Affinity, CpuSet};
+pub use api::{Profile, ProfileBuilder, query_interval, set_interval};
+pub use buckets::BucketLayout;
+pub use profile::ProfileStats;
+pub use source::{IntervalUnit, ProfileSource, Support};
+pub use status::NtStatus;

@@ -1,0 +1,10 @@
+//! The only place that talks to the kernel: event opening (through perf-event2's `Builder`), the ioctls it does
+//! not wrap, the mmap ring reader, and the consumer's epoll and eventfd.
+//!
+//! # Safety
+//! Every `unsafe` block here carries a `// SAFETY:` note naming what makes it sound, and every atomic access
+//! to the ring says which kernel store or load it pairs with.
+
+pub mod event;
+pub mod ring;
+pub mod sys;

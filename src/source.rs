@@ -1,0 +1,399 @@
+//! Profile sources (`KPROFILE_SOURCE`): every NT value, the Intel HAL values, and the Linux extension range;
+//! the perf event behind each (`../shared/spec/linux-mapping.md` section 2), interval units, defaults and limits,
+//! and the per-source interval table shared by every profile of a source (spec section 6).
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::status::NtStatus;
+
+/// First value of the Linux extension range (sources NT does not have).
+pub const EXTENSION_BASE: u32 = 0x1_0000;
+
+macro_rules! sources {
+    ($($(#[$doc:meta])* $variant:ident = $value:expr, $name:expr;)*) => {
+        /// A profile source: what makes a sample. NT's `KPROFILE_SOURCE` values keep their numbers; Linux-only
+        /// sources live above `0xFFFF`.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[non_exhaustive]
+        pub enum ProfileSource {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl ProfileSource {
+            /// Every source this build knows, in value order.
+            pub const ALL: &'static [ProfileSource] = &[$(ProfileSource::$variant,)*];
+
+            /// The source's numeric value (`KPROFILE_SOURCE`).
+            pub const fn to_raw(self) -> u32 {
+                match self { $(ProfileSource::$variant => $value,)* }
+            }
+
+            /// The source for a numeric value, or `None` for a value no source has (`ProfileMaximum` included).
+            pub const fn from_raw(value: u32) -> Option<ProfileSource> {
+                match value { $(v if v == $value => Some(ProfileSource::$variant),)* _ => None }
+            }
+
+            /// The source's name as Windows lists it ("Timer" for ProfileTime), or the Linux event's name.
+            pub const fn name(self) -> &'static str {
+                match self { $(ProfileSource::$variant => $name,)* }
+            }
+        }
+    };
+}
+
+sources! {
+    /// `ProfileTime` (0x00): the profile timer. Interval in 100 ns units.
+    Time = 0x00, "Timer";
+    /// `ProfileAlignmentFixup` (0x01): alignment faults.
+    AlignmentFixup = 0x01, "AlignmentFixup";
+    /// `ProfileTotalIssues` (0x02): instructions.
+    TotalIssues = 0x02, "TotalIssues";
+    /// `ProfilePipelineDry` (0x03): front-end stalled cycles.
+    PipelineDry = 0x03, "PipelineDry";
+    /// `ProfileLoadInstructions` (0x04): no generic perf event.
+    LoadInstructions = 0x04, "LoadInstructions";
+    /// `ProfilePipelineFrozen` (0x05): back-end stalled cycles.
+    PipelineFrozen = 0x05, "PipelineFrozen";
+    /// `ProfileBranchInstructions` (0x06).
+    BranchInstructions = 0x06, "BranchInstructions";
+    /// `ProfileTotalNonissues` (0x07): no generic perf event.
+    TotalNonissues = 0x07, "TotalNonissues";
+    /// `ProfileDcacheMisses` (0x08): L1D read misses.
+    DcacheMisses = 0x08, "DcacheMisses";
+    /// `ProfileIcacheMisses` (0x09): L1I read misses.
+    IcacheMisses = 0x09, "IcacheMisses";
+    /// `ProfileCacheMisses` (0x0A): last-level cache misses.
+    CacheMisses = 0x0A, "CacheMisses";
+    /// `ProfileBranchMispredictions` (0x0B).
+    BranchMispredictions = 0x0B, "BranchMispredictions";
+    /// `ProfileStoreInstructions` (0x0C): no generic perf event.
+    StoreInstructions = 0x0C, "StoreInstructions";
+    /// `ProfileFpInstructions` (0x0D): no generic perf event.
+    FpInstructions = 0x0D, "FpInstructions";
+    /// `ProfileIntegerInstructions` (0x0E): no generic perf event.
+    IntegerInstructions = 0x0E, "IntegerInstructions";
+    /// `Profile2Issue` (0x0F): no generic perf event.
+    Issue2 = 0x0F, "2Issue";
+    /// `Profile3Issue` (0x10): no generic perf event.
+    Issue3 = 0x10, "3Issue";
+    /// `Profile4Issue` (0x11): no generic perf event.
+    Issue4 = 0x11, "4Issue";
+    /// `ProfileSpecialInstructions` (0x12): no generic perf event.
+    SpecialInstructions = 0x12, "SpecialInstructions";
+    /// `ProfileTotalCycles` (0x13): CPU cycles.
+    TotalCycles = 0x13, "TotalCycles";
+    /// `ProfileIcacheIssues` (0x14): L1I read accesses.
+    IcacheIssues = 0x14, "IcacheIssues";
+    /// `ProfileDcacheAccesses` (0x15): L1D read accesses.
+    DcacheAccesses = 0x15, "DcacheAccesses";
+    /// `ProfileMemoryBarrierCycles` (0x16): no generic perf event.
+    MemoryBarrierCycles = 0x16, "MemoryBarrierCycles";
+    /// `ProfileLoadLinkedIssues` (0x17): no generic perf event.
+    LoadLinkedIssues = 0x17, "LoadLinkedIssues";
+    /// Intel HAL `UnhaltedCoreCycles` (0x19).
+    UnhaltedCoreCycles = 0x19, "UnhaltedCoreCycles";
+    /// Intel HAL `InstructionRetired` (0x1A).
+    InstructionRetired = 0x1A, "InstructionRetired";
+    /// Intel HAL `UnhaltedReferenceCycles` (0x1B).
+    UnhaltedReferenceCycles = 0x1B, "UnhaltedReferenceCycles";
+    /// Intel HAL `LLCReference` (0x1C).
+    LlcReference = 0x1C, "LLCReference";
+    /// Intel HAL `LLCMisses` (0x1D).
+    LlcMisses = 0x1D, "LLCMisses";
+    /// Intel HAL `BranchInstructionRetired` (0x1E).
+    BranchInstructionRetired = 0x1E, "BranchInstructionRetired";
+    /// Intel HAL `BranchMispredictsRetired` (0x1F).
+    BranchMispredictsRetired = 0x1F, "BranchMispredictsRetired";
+    /// Linux `task-clock` (0x10000): a timer on the task's own CPU time. Interval in 100 ns units.
+    TaskClock = EXTENSION_BASE, "task-clock";
+    /// Linux `page-faults` (0x10001).
+    PageFaults = EXTENSION_BASE + 1, "page-faults";
+    /// Linux `minor-faults` (0x10002).
+    MinorFaults = EXTENSION_BASE + 2, "minor-faults";
+    /// Linux `major-faults` (0x10003).
+    MajorFaults = EXTENSION_BASE + 3, "major-faults";
+    /// Linux `context-switches` (0x10004).
+    ContextSwitches = EXTENSION_BASE + 4, "context-switches";
+    /// Linux `cpu-migrations` (0x10005).
+    CpuMigrations = EXTENSION_BASE + 5, "cpu-migrations";
+    /// Linux `alignment-faults` (0x10006).
+    AlignmentFaults = EXTENSION_BASE + 6, "alignment-faults";
+}
+
+/// `perf_event_attr.type` values used here (`perf_event_open(2)`).
+const PERF_TYPE_HARDWARE: u32 = 0;
+const PERF_TYPE_SOFTWARE: u32 = 1;
+const PERF_TYPE_HW_CACHE: u32 = 3;
+
+/// The perf event behind a source: `perf_event_attr` `type`, `config`, `config1`, `config2`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PerfEventSpec {
+    /// `perf_event_attr.type`.
+    pub type_: u32,
+    /// `perf_event_attr.config`.
+    pub config: u64,
+    /// `perf_event_attr.config1`.
+    pub config1: u64,
+    /// `perf_event_attr.config2`.
+    pub config2: u64,
+    /// The perf tool's name for the event (`cpu-clock`, `cycles`, `L1-dcache-load-misses`, ...).
+    pub name: &'static str,
+}
+
+const fn ev(type_: u32, config: u64, name: &'static str) -> Option<PerfEventSpec> {
+    Some(PerfEventSpec { type_, config, config1: 0, config2: 0, name })
+}
+
+const fn hw_cache(cache: u64, result: u64, name: &'static str) -> Option<PerfEventSpec> {
+    // config = cache id | (op READ = 0) << 8 | result << 16
+    ev(PERF_TYPE_HW_CACHE, cache | (result << 16), name)
+}
+
+/// What a source's interval counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntervalUnit {
+    /// 100 ns units of time (ProfileTime, task-clock): the perf period is `interval × 100` ns.
+    Time100ns,
+    /// Events between samples: the perf period is the interval itself.
+    Events,
+}
+
+/// Limits of a source's interval. The timer's minimum also depends on the kernel at run time
+/// (see [`ProfileSource::min_interval`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IntervalLimits {
+    /// The interval a source starts with.
+    pub default: u32,
+    /// The smallest interval accepted (requests below are raised to it).
+    pub min: u32,
+    /// The largest interval accepted (requests above are lowered to it).
+    pub max: u32,
+}
+
+/// ProfileTime's default: 10000 × 100 ns = 1 ms, as modern Windows HALs.
+pub const TIME_DEFAULT_INTERVAL: u32 = 10_000;
+/// The timer's floor on Linux: the cpu-clock hrtimer never fires faster than every 10 µs (100 × 100 ns).
+pub const TIME_KERNEL_FLOOR: u32 = 100;
+/// The timer's documented maximum: 1 s (10,000,000 × 100 ns).
+pub const TIME_MAX_INTERVAL: u32 = 10_000_000;
+/// Hardware-counter sources: default 65536 events, minimum 4096, as Windows HALs.
+pub const PMC_DEFAULT_INTERVAL: u32 = 65_536;
+/// Hardware-counter minimum.
+pub const PMC_MIN_INTERVAL: u32 = 4_096;
+/// Documented maximum for every count-based source: 2^31 events between samples.
+pub const COUNT_MAX_INTERVAL: u32 = 0x8000_0000;
+
+impl ProfileSource {
+    /// The perf event behind this source, or `None` when Linux has no generic event for it.
+    pub const fn perf_event(self) -> Option<PerfEventSpec> {
+        use ProfileSource::*;
+        match self {
+            Time => ev(PERF_TYPE_SOFTWARE, 0, "cpu-clock"),
+            AlignmentFixup | AlignmentFaults => ev(PERF_TYPE_SOFTWARE, 7, "alignment-faults"),
+            TotalIssues | InstructionRetired => ev(PERF_TYPE_HARDWARE, 1, "instructions"),
+            TotalCycles | UnhaltedCoreCycles => ev(PERF_TYPE_HARDWARE, 0, "cpu-cycles"),
+            UnhaltedReferenceCycles => ev(PERF_TYPE_HARDWARE, 9, "ref-cycles"),
+            BranchInstructions | BranchInstructionRetired => {
+                ev(PERF_TYPE_HARDWARE, 4, "branch-instructions")
+            }
+            BranchMispredictions | BranchMispredictsRetired => {
+                ev(PERF_TYPE_HARDWARE, 5, "branch-misses")
+            }
+            CacheMisses | LlcMisses => ev(PERF_TYPE_HARDWARE, 3, "cache-misses"),
+            LlcReference => ev(PERF_TYPE_HARDWARE, 2, "cache-references"),
+            DcacheMisses => hw_cache(0, 1, "L1-dcache-load-misses"),
+            DcacheAccesses => hw_cache(0, 0, "L1-dcache-loads"),
+            IcacheMisses => hw_cache(1, 1, "L1-icache-load-misses"),
+            IcacheIssues => hw_cache(1, 0, "L1-icache-loads"),
+            PipelineDry => ev(PERF_TYPE_HARDWARE, 7, "stalled-cycles-frontend"),
+            PipelineFrozen => ev(PERF_TYPE_HARDWARE, 8, "stalled-cycles-backend"),
+            TaskClock => ev(PERF_TYPE_SOFTWARE, 1, "task-clock"),
+            PageFaults => ev(PERF_TYPE_SOFTWARE, 2, "page-faults"),
+            ContextSwitches => ev(PERF_TYPE_SOFTWARE, 3, "context-switches"),
+            CpuMigrations => ev(PERF_TYPE_SOFTWARE, 4, "cpu-migrations"),
+            MinorFaults => ev(PERF_TYPE_SOFTWARE, 5, "minor-faults"),
+            MajorFaults => ev(PERF_TYPE_SOFTWARE, 6, "major-faults"),
+            LoadInstructions | TotalNonissues | StoreInstructions | FpInstructions
+            | IntegerInstructions | Issue2 | Issue3 | Issue4 | SpecialInstructions
+            | MemoryBarrierCycles | LoadLinkedIssues => None,
+        }
+    }
+
+    /// What the interval counts for this source.
+    pub const fn interval_unit(self) -> IntervalUnit {
+        match self {
+            ProfileSource::Time | ProfileSource::TaskClock => IntervalUnit::Time100ns,
+            _ => IntervalUnit::Events,
+        }
+    }
+
+    /// True for sources backed by a hardware performance counter.
+    pub const fn is_hardware(self) -> bool {
+        match self.perf_event() {
+            Some(e) => e.type_ == PERF_TYPE_HARDWARE || e.type_ == PERF_TYPE_HW_CACHE,
+            None => true,
+        }
+    }
+
+    /// Static interval limits (the timer's run-time floor is applied by [`ProfileSource::min_interval`]).
+    pub const fn limits(self) -> IntervalLimits {
+        match self.interval_unit() {
+            IntervalUnit::Time100ns => IntervalLimits {
+                default: TIME_DEFAULT_INTERVAL,
+                min: TIME_KERNEL_FLOOR,
+                max: TIME_MAX_INTERVAL,
+            },
+            IntervalUnit::Events if self.is_hardware() => IntervalLimits {
+                default: PMC_DEFAULT_INTERVAL,
+                min: PMC_MIN_INTERVAL,
+                max: COUNT_MAX_INTERVAL,
+            },
+            IntervalUnit::Events => IntervalLimits { default: 1, min: 1, max: COUNT_MAX_INTERVAL },
+        }
+    }
+
+    /// The smallest interval in force now. For timer sources it follows from the kernel's limits, read at each
+    /// call (never cached across a change of the sysctl): the cpu-clock floor of 10 µs, and
+    /// `kernel.perf_event_max_sample_rate`, above which the kernel throttles.
+    pub fn min_interval(self) -> u32 {
+        let limits = self.limits();
+        match self.interval_unit() {
+            IntervalUnit::Time100ns => {
+                let rate = read_max_sample_rate().unwrap_or(100_000).max(1);
+                // 1 / rate seconds, in 100 ns units, rounded up.
+                let from_rate = 10_000_000u64.div_ceil(rate);
+                (from_rate.max(u64::from(limits.min))).min(u64::from(limits.max)) as u32
+            }
+            IntervalUnit::Events => limits.min,
+        }
+    }
+
+    /// Clamp a requested interval into `[min_interval(), max]`.
+    pub fn clamp_interval(self, interval: u32) -> u32 {
+        interval.clamp(self.min_interval(), self.limits().max)
+    }
+
+    /// The perf sample period (nanoseconds for timers, events otherwise) for an interval of this source.
+    pub const fn period_for(self, interval: u32) -> u64 {
+        match self.interval_unit() {
+            IntervalUnit::Time100ns => interval as u64 * 100,
+            IntervalUnit::Events => interval as u64,
+        }
+    }
+
+    fn table_index(self) -> usize {
+        ProfileSource::ALL.iter().position(|s| *s == self).unwrap_or(0)
+    }
+}
+
+fn read_max_sample_rate() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate").ok()?.trim().parse().ok()
+}
+
+/// The per-source interval table of this process: what `NtSetIntervalProfile` stored (0 = never set: the
+/// default). Shared by every profile of a source, as NT's per-source interval.
+static INTERVALS: [AtomicU32; 64] = [const { AtomicU32::new(0) }; 64];
+
+/// The interval stored for `source` (before the run-time clamp).
+fn stored_interval(source: ProfileSource) -> u32 {
+    // Relaxed: the value is self-contained; the engine re-reads it under its own lock when it programs events.
+    match INTERVALS[source.table_index()].load(Ordering::Relaxed) {
+        0 => source.limits().default,
+        v => v,
+    }
+}
+
+/// The effective interval of `source`: the stored (or default) value clamped into today's limits.
+pub fn effective_interval(source: ProfileSource) -> u32 {
+    source.clamp_interval(stored_interval(source))
+}
+
+/// Store a new interval for `source`, clamped into its limits; returns the effective value.
+pub(crate) fn store_interval(source: ProfileSource, interval: u32) -> u32 {
+    let clamped = source.clamp_interval(interval);
+    // Relaxed: see `stored_interval`.
+    INTERVALS[source.table_index()].store(clamped, Ordering::Relaxed);
+    clamped
+}
+
+/// Why a source is or is not supported on this machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Support {
+    /// Its event opens here.
+    Supported,
+    /// Linux has no generic perf event for it.
+    NoPerfEvent,
+    /// Opening its event failed with this errno (ENOENT: no such event or PMU on this machine).
+    OpenFailed(i32),
+}
+
+impl Support {
+    /// True when the source can be sampled.
+    pub fn is_supported(self) -> bool {
+        self == Support::Supported
+    }
+
+    /// A short human reason ("supported", "no PMU event (ENOENT)", ...).
+    pub fn reason(self) -> String {
+        match self {
+            Support::Supported => "supported".to_string(),
+            Support::NoPerfEvent => "no generic perf event for this source".to_string(),
+            Support::OpenFailed(errno) => {
+                let what = match errno {
+                    libc::ENOENT => "the event does not exist on this machine (no PMU)",
+                    libc::EOPNOTSUPP => "sampling not supported by this PMU",
+                    libc::ENODEV => "no such device",
+                    libc::EACCES | libc::EPERM => "not permitted",
+                    _ => "perf_event_open failed",
+                };
+                format!("{what} ({})", std::io::Error::from_raw_os_error(errno))
+            }
+        }
+    }
+
+    /// The status a create gets for this answer (`STATUS_NOT_SUPPORTED` unless supported).
+    pub fn status(self) -> NtStatus {
+        if self.is_supported() { NtStatus::SUCCESS } else { NtStatus::NOT_SUPPORTED }
+    }
+}
+
+static SUPPORT: [std::sync::OnceLock<Support>; 64] = [const { std::sync::OnceLock::new() }; 64];
+
+impl ProfileSource {
+    /// Whether this source's event opens on this machine: probed once (a sampling event on the calling thread,
+    /// opened disabled and closed at once), then cached.
+    pub fn support(self) -> Support {
+        *SUPPORT[self.table_index()].get_or_init(|| match self.perf_event() {
+            None => Support::NoPerfEvent,
+            Some(spec) => match crate::perf::event::probe(&spec, self.period_for(self.limits().default)) {
+                Ok(()) => Support::Supported,
+                Err(errno) => Support::OpenFailed(errno),
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_round_trip() {
+        for s in ProfileSource::ALL {
+            assert_eq!(ProfileSource::from_raw(s.to_raw()), Some(*s));
+        }
+        assert_eq!(ProfileSource::from_raw(0x18), None, "ProfileMaximum is a count, not a source");
+        assert_eq!(ProfileSource::Time.name(), "Timer");
+        assert!(ProfileSource::ALL.len() <= INTERVALS.len());
+    }
+
+    #[test]
+    fn timer_limits() {
+        let s = ProfileSource::Time;
+        assert_eq!(s.period_for(10_000), 1_000_000);
+        assert!(s.min_interval() >= TIME_KERNEL_FLOOR);
+        assert_eq!(s.clamp_interval(1), s.min_interval());
+        assert_eq!(s.clamp_interval(u32::MAX), TIME_MAX_INTERVAL);
+        assert_eq!(ProfileSource::TotalCycles.clamp_interval(1), PMC_MIN_INTERVAL);
+    }
+}
