@@ -41,7 +41,9 @@ impl CpuSet {
     /// True if `cpu` is in the set.
     #[inline]
     pub fn contains(&self, cpu: usize) -> bool {
-        self.words.get(cpu / 64).is_some_and(|w| w & (1u64 << (cpu % 64)) != 0)
+        self.words
+            .get(cpu / 64)
+            .is_some_and(|w| w & (1u64 << (cpu % 64)) != 0)
     }
 
     /// True if no CPU is in the set.
@@ -57,7 +59,9 @@ impl CpuSet {
     /// The CPUs, in increasing order.
     pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         self.words.iter().enumerate().flat_map(|(w, bits)| {
-            (0..64).filter(move |b| bits & (1u64 << b) != 0).map(move |b| w * 64 + b)
+            (0..64)
+                .filter(move |b| bits & (1u64 << b) != 0)
+                .map(move |b| w * 64 + b)
         })
     }
 
@@ -68,7 +72,12 @@ impl CpuSet {
 
     /// The intersection with `other`.
     pub fn intersection(&self, other: &CpuSet) -> CpuSet {
-        let words = self.words.iter().zip(other.words.iter()).map(|(a, b)| a & b).collect();
+        let words = self
+            .words
+            .iter()
+            .zip(other.words.iter())
+            .map(|(a, b)| a & b)
+            .collect();
         CpuSet { words }
     }
 
@@ -76,14 +85,19 @@ impl CpuSet {
     pub fn union(&self, other: &CpuSet) -> CpuSet {
         let n = self.words.len().max(other.words.len());
         let words = (0..n)
-            .map(|i| self.words.get(i).copied().unwrap_or(0) | other.words.get(i).copied().unwrap_or(0))
+            .map(|i| {
+                self.words.get(i).copied().unwrap_or(0) | other.words.get(i).copied().unwrap_or(0)
+            })
             .collect();
         CpuSet { words }
     }
 
     /// True if every CPU of `self` is in `other`.
     pub fn is_subset(&self, other: &CpuSet) -> bool {
-        self.words.iter().enumerate().all(|(i, w)| w & !other.words.get(i).copied().unwrap_or(0) == 0)
+        self.words
+            .iter()
+            .enumerate()
+            .all(|(i, w)| w & !other.words.get(i).copied().unwrap_or(0) == 0)
     }
 }
 
@@ -112,7 +126,9 @@ pub fn online_cpus() -> CpuSet {
         .and_then(|t| parse_cpu_list(&t))
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| {
-            let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+            let n = std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1);
             CpuSet::from_cpus(0..n)
         })
 }
@@ -120,7 +136,9 @@ pub fn online_cpus() -> CpuSet {
 /// The processor group of the calling thread (the group of the CPU it runs on now).
 pub fn current_group() -> usize {
     // sched_getcpu through nix: no unsafe here.
-    nix::sched::sched_getcpu().map(|c| c / GROUP_SIZE).unwrap_or(0)
+    nix::sched::sched_getcpu()
+        .map(|c| c / GROUP_SIZE)
+        .unwrap_or(0)
 }
 
 /// What a profile asked for: every active processor (resolved at each start), or an explicit set.
@@ -145,7 +163,9 @@ impl Affinity {
             return Err(NtStatus::INVALID_PARAMETER);
         }
         let mut set = CpuSet::new();
-        (0..64).filter(|b| mask & (1u64 << b) != 0).for_each(|b| set.insert(group * GROUP_SIZE + b));
+        (0..64)
+            .filter(|b| mask & (1u64 << b) != 0)
+            .for_each(|b| set.insert(group * GROUP_SIZE + b));
         Ok(Affinity::Cpus(set))
     }
 
@@ -155,7 +175,10 @@ impl Affinity {
     ///
     /// # Errors
     /// `STATUS_INVALID_PARAMETER` for any bad record.
-    pub fn from_groups(records: &[(u64, u16, [u16; 3])], online: &CpuSet) -> Result<Affinity, NtStatus> {
+    pub fn from_groups(
+        records: &[(u64, u16, [u16; 3])],
+        online: &CpuSet,
+    ) -> Result<Affinity, NtStatus> {
         if records.is_empty() {
             return Ok(Affinity::AllActive);
         }
@@ -166,7 +189,9 @@ impl Affinity {
             if online_mask == 0 || mask == 0 || mask & !online_mask != 0 || reserved != [0; 3] {
                 return Err(NtStatus::INVALID_PARAMETER);
             }
-            (0..64).filter(|b| mask & (1u64 << b) != 0).for_each(|b| set.insert(group * GROUP_SIZE + b));
+            (0..64)
+                .filter(|b| mask & (1u64 << b) != 0)
+                .for_each(|b| set.insert(group * GROUP_SIZE + b));
         }
         Ok(Affinity::Cpus(set))
     }
@@ -198,21 +223,49 @@ mod tests {
     #[test]
     fn kaffinity_rules() {
         let online = CpuSet::from_cpus(0..2);
-        assert_eq!(Affinity::from_kaffinity(0, 0, &online), Err(NtStatus::INVALID_PARAMETER));
-        assert_eq!(Affinity::from_kaffinity(0b100, 0, &online), Err(NtStatus::INVALID_PARAMETER));
-        assert_eq!(Affinity::from_kaffinity(u64::MAX, 0, &online), Ok(Affinity::Cpus(online.clone())));
-        assert_eq!(Affinity::from_kaffinity(0b10, 0, &online), Ok(Affinity::Cpus(CpuSet::from_cpus([1]))));
+        assert_eq!(
+            Affinity::from_kaffinity(0, 0, &online),
+            Err(NtStatus::INVALID_PARAMETER)
+        );
+        assert_eq!(
+            Affinity::from_kaffinity(0b100, 0, &online),
+            Err(NtStatus::INVALID_PARAMETER)
+        );
+        assert_eq!(
+            Affinity::from_kaffinity(u64::MAX, 0, &online),
+            Ok(Affinity::Cpus(online.clone()))
+        );
+        assert_eq!(
+            Affinity::from_kaffinity(0b10, 0, &online),
+            Ok(Affinity::Cpus(CpuSet::from_cpus([1])))
+        );
     }
 
     #[test]
     fn group_rules() {
         let online = CpuSet::from_cpus(0..2);
         assert_eq!(Affinity::from_groups(&[], &online), Ok(Affinity::AllActive));
-        assert!(Affinity::from_groups(&[(1, 1, [0; 3])], &online).is_err(), "group out of range");
-        assert!(Affinity::from_groups(&[(0, 0, [0; 3])], &online).is_err(), "empty mask");
-        assert!(Affinity::from_groups(&[(4, 0, [0; 3])], &online).is_err(), "offline CPU");
-        assert!(Affinity::from_groups(&[(1, 0, [0, 1, 0])], &online).is_err(), "reserved");
+        assert!(
+            Affinity::from_groups(&[(1, 1, [0; 3])], &online).is_err(),
+            "group out of range"
+        );
+        assert!(
+            Affinity::from_groups(&[(0, 0, [0; 3])], &online).is_err(),
+            "empty mask"
+        );
+        assert!(
+            Affinity::from_groups(&[(4, 0, [0; 3])], &online).is_err(),
+            "offline CPU"
+        );
+        assert!(
+            Affinity::from_groups(&[(1, 0, [0, 1, 0])], &online).is_err(),
+            "reserved"
+        );
         let a = Affinity::from_groups(&[(1, 0, [0; 3]), (2, 0, [0; 3])], &online).unwrap();
-        assert_eq!(a, Affinity::Cpus(online.clone()), "masks of a group are OR-ed");
+        assert_eq!(
+            a,
+            Affinity::Cpus(online.clone()),
+            "masks of a group are OR-ed"
+        );
     }
 }

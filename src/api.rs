@@ -93,14 +93,22 @@ impl ProfileBuilder {
     /// `STATUS_PRIVILEGE_NOT_HELD` (a kernel range without the privilege), `STATUS_INSUFFICIENT_RESOURCES`
     /// (the counters cannot be allocated or exceed `ULONG` sizes).
     pub fn build(self) -> Result<Profile, NtStatus> {
-        if !(crate::buckets::MIN_BUCKET_SIZE..=crate::buckets::MAX_BUCKET_SIZE).contains(&self.bucket_size) {
+        if !(crate::buckets::MIN_BUCKET_SIZE..=crate::buckets::MAX_BUCKET_SIZE)
+            .contains(&self.bucket_size)
+        {
             return Err(NtStatus::INVALID_PARAMETER);
         }
         let needed = crate::buckets::counters_needed(self.size, self.bucket_size).max(1);
         // The buffer must fit a ULONG BufferSize, as the C API's.
-        let buffer_size = u32::try_from(needed * 4).map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
-        let (layout, source) =
-            check_front(self.base, self.size, self.bucket_size, buffer_size, self.source.to_raw())?;
+        let buffer_size =
+            u32::try_from(needed * 4).map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
+        let (layout, source) = check_front(
+            self.base,
+            self.size,
+            self.bucket_size,
+            buffer_size,
+            self.source.to_raw(),
+        )?;
         let online = online_cpus();
         let affinity = match self.affinity {
             AffinitySpec::Mask(m) => Affinity::from_kaffinity(m, current_group(), &online)?,
@@ -114,11 +122,15 @@ impl ProfileBuilder {
         };
         check_kernel_privilege(&layout)?;
         let mut counters: Vec<AtomicU32> = Vec::new();
-        counters.try_reserve_exact(needed as usize).map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
+        counters
+            .try_reserve_exact(needed as usize)
+            .map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
         counters.resize_with(needed as usize, || AtomicU32::new(0));
         let storage = CounterStorage::Owned(counters.into_boxed_slice());
         let core = ProfileCore::new(layout, source, Target::CurrentProcess, affinity, storage);
-        Ok(Profile { core: Arc::new(core) })
+        Ok(Profile {
+            core: Arc::new(core),
+        })
     }
 }
 

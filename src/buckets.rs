@@ -71,7 +71,13 @@ pub fn check_layout(
     if base.checked_add(size).is_none() {
         return Err(NtStatus::BUFFER_OVERFLOW);
     }
-    Ok(BucketLayout { base, size, bucket_size, counters_needed: needed, buffer_counters })
+    Ok(BucketLayout {
+        base,
+        size,
+        bucket_size,
+        counters_needed: needed,
+        buffer_counters,
+    })
 }
 
 impl BucketLayout {
@@ -84,7 +90,11 @@ impl BucketLayout {
     #[inline(always)]
     pub fn index(&self, pc: u64) -> Option<u64> {
         let off = pc.wrapping_sub(self.base);
-        if off < self.size { Some(off >> self.bucket_size) } else { None }
+        if off < self.size {
+            Some(off >> self.bucket_size)
+        } else {
+            None
+        }
     }
 
     /// The exclusive end of the range (does not wrap: checked at creation).
@@ -100,37 +110,67 @@ mod tests {
     #[test]
     fn order_of_checks() {
         // BufferSize 0 wins over everything, even a bad bucket size and an overflowing range.
-        assert_eq!(check_layout(u64::MAX, 10, 0, 0), Err(NtStatus::INVALID_PARAMETER_7));
+        assert_eq!(
+            check_layout(u64::MAX, 10, 0, 0),
+            Err(NtStatus::INVALID_PARAMETER_7)
+        );
         // Bucket size before buffer size.
-        assert_eq!(check_layout(0, 1 << 20, 1, 4), Err(NtStatus::INVALID_PARAMETER));
-        assert_eq!(check_layout(0, 1 << 20, 32, 4), Err(NtStatus::INVALID_PARAMETER));
+        assert_eq!(
+            check_layout(0, 1 << 20, 1, 4),
+            Err(NtStatus::INVALID_PARAMETER)
+        );
+        assert_eq!(
+            check_layout(0, 1 << 20, 32, 4),
+            Err(NtStatus::INVALID_PARAMETER)
+        );
         // Buffer size before overflow.
-        assert_eq!(check_layout(u64::MAX, 1 << 20, 2, 4), Err(NtStatus::BUFFER_TOO_SMALL));
-        assert_eq!(check_layout(u64::MAX, 4, 2, 4), Err(NtStatus::BUFFER_OVERFLOW));
+        assert_eq!(
+            check_layout(u64::MAX, 1 << 20, 2, 4),
+            Err(NtStatus::BUFFER_TOO_SMALL)
+        );
+        assert_eq!(
+            check_layout(u64::MAX, 4, 2, 4),
+            Err(NtStatus::BUFFER_OVERFLOW)
+        );
     }
 
     #[test]
     fn exact_buffer_rule() {
         // 17 bytes in 4-byte buckets need 5 counters = 20 bytes.
-        assert_eq!(check_layout(0x1000, 17, 2, 16), Err(NtStatus::BUFFER_TOO_SMALL));
+        assert_eq!(
+            check_layout(0x1000, 17, 2, 16),
+            Err(NtStatus::BUFFER_TOO_SMALL)
+        );
         assert!(check_layout(0x1000, 17, 2, 20).is_ok());
         // BufferSize not a multiple of 4 rounds down.
-        assert_eq!(check_layout(0x1000, 17, 2, 19), Err(NtStatus::BUFFER_TOO_SMALL));
+        assert_eq!(
+            check_layout(0x1000, 17, 2, 19),
+            Err(NtStatus::BUFFER_TOO_SMALL)
+        );
         // ProfileSize 0 needs no counter.
         assert!(check_layout(0x1000, 0, 2, 4).is_ok());
         // The case Windows lets through on x64 (32-bit count): SIZE_MAX/2, BucketSize 31, 2 GiB buffer.
-        assert_eq!(check_layout(0, u64::MAX / 2, 31, 0x8000_0000), Err(NtStatus::BUFFER_TOO_SMALL));
+        assert_eq!(
+            check_layout(0, u64::MAX / 2, 31, 0x8000_0000),
+            Err(NtStatus::BUFFER_TOO_SMALL)
+        );
         // The pre-1703 rule `(size >> (bs-2)) > BufferSize` would accept this one (a quarter-bucket too long).
         let (size, bs, buf) = (0x1000 + 3, 4u32, 0x1000 / 4);
         assert!(size >> (bs - 2) <= buf as u64);
-        assert_eq!(check_layout(0, size, bs, buf), Err(NtStatus::BUFFER_TOO_SMALL));
+        assert_eq!(
+            check_layout(0, size, bs, buf),
+            Err(NtStatus::BUFFER_TOO_SMALL)
+        );
     }
 
     #[test]
     fn overflow_edge() {
         // A sum of exactly the top address passes; one more wraps.
         assert!(check_layout(u64::MAX - 8, 8, 2, 8).is_ok());
-        assert_eq!(check_layout(u64::MAX - 7, 8, 2, 8), Err(NtStatus::BUFFER_OVERFLOW));
+        assert_eq!(
+            check_layout(u64::MAX - 7, 8, 2, 8),
+            Err(NtStatus::BUFFER_OVERFLOW)
+        );
     }
 
     #[test]

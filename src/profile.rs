@@ -78,9 +78,18 @@ impl ProfileCore {
         affinity: Affinity,
         storage: CounterStorage,
     ) -> ProfileCore {
+        crate::engine::fork::install();
         // Relaxed: a unique number, nothing else is ordered by it.
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        ProfileCore { id, layout, source, target, affinity, storage, stats: StatsCell::default() }
+        ProfileCore {
+            id,
+            layout,
+            source,
+            target,
+            affinity,
+            storage,
+            stats: StatsCell::default(),
+        }
     }
 
     /// True when the range reaches kernel addresses (the stream must then include the kernel).

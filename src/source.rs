@@ -141,7 +141,13 @@ pub struct PerfEventSpec {
 }
 
 const fn ev(type_: u32, config: u64, name: &'static str) -> Option<PerfEventSpec> {
-    Some(PerfEventSpec { type_, config, config1: 0, config2: 0, name })
+    Some(PerfEventSpec {
+        type_,
+        config,
+        config1: 0,
+        config2: 0,
+        name,
+    })
 }
 
 const fn hw_cache(cache: u64, result: u64, name: &'static str) -> Option<PerfEventSpec> {
@@ -248,7 +254,11 @@ impl ProfileSource {
                 min: PMC_MIN_INTERVAL,
                 max: COUNT_MAX_INTERVAL,
             },
-            IntervalUnit::Events => IntervalLimits { default: 1, min: 1, max: COUNT_MAX_INTERVAL },
+            IntervalUnit::Events => IntervalLimits {
+                default: 1,
+                min: 1,
+                max: COUNT_MAX_INTERVAL,
+            },
         }
     }
 
@@ -282,12 +292,19 @@ impl ProfileSource {
     }
 
     fn table_index(self) -> usize {
-        ProfileSource::ALL.iter().position(|s| *s == self).unwrap_or(0)
+        ProfileSource::ALL
+            .iter()
+            .position(|s| *s == self)
+            .unwrap_or(0)
     }
 }
 
 fn read_max_sample_rate() -> Option<u64> {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate").ok()?.trim().parse().ok()
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The per-source interval table of this process: what `NtSetIntervalProfile` stored (0 = never set: the
@@ -353,7 +370,11 @@ impl Support {
 
     /// The status a create gets for this answer (`STATUS_NOT_SUPPORTED` unless supported).
     pub fn status(self) -> NtStatus {
-        if self.is_supported() { NtStatus::SUCCESS } else { NtStatus::NOT_SUPPORTED }
+        if self.is_supported() {
+            NtStatus::SUCCESS
+        } else {
+            NtStatus::NOT_SUPPORTED
+        }
     }
 }
 
@@ -365,10 +386,12 @@ impl ProfileSource {
     pub fn support(self) -> Support {
         *SUPPORT[self.table_index()].get_or_init(|| match self.perf_event() {
             None => Support::NoPerfEvent,
-            Some(spec) => match crate::perf::event::probe(&spec, self.period_for(self.limits().default)) {
-                Ok(()) => Support::Supported,
-                Err(errno) => Support::OpenFailed(errno),
-            },
+            Some(spec) => {
+                match crate::perf::event::probe(&spec, self.period_for(self.limits().default)) {
+                    Ok(()) => Support::Supported,
+                    Err(errno) => Support::OpenFailed(errno),
+                }
+            }
         })
     }
 }
@@ -382,7 +405,11 @@ mod tests {
         for s in ProfileSource::ALL {
             assert_eq!(ProfileSource::from_raw(s.to_raw()), Some(*s));
         }
-        assert_eq!(ProfileSource::from_raw(0x18), None, "ProfileMaximum is a count, not a source");
+        assert_eq!(
+            ProfileSource::from_raw(0x18),
+            None,
+            "ProfileMaximum is a count, not a source"
+        );
         assert_eq!(ProfileSource::Time.name(), "Timer");
         assert!(ProfileSource::ALL.len() <= INTERVALS.len());
     }
@@ -394,6 +421,9 @@ mod tests {
         assert!(s.min_interval() >= TIME_KERNEL_FLOOR);
         assert_eq!(s.clamp_interval(1), s.min_interval());
         assert_eq!(s.clamp_interval(u32::MAX), TIME_MAX_INTERVAL);
-        assert_eq!(ProfileSource::TotalCycles.clamp_interval(1), PMC_MIN_INTERVAL);
+        assert_eq!(
+            ProfileSource::TotalCycles.clamp_interval(1),
+            PMC_MIN_INTERVAL
+        );
     }
 }

@@ -88,7 +88,9 @@ impl NtStatus {
     /// EMFILE/ENFILE/ENOMEM/ENOSPC → insufficient resources; EINVAL/E2BIG → invalid parameter.
     pub fn from_errno(errno: i32) -> NtStatus {
         match errno {
-            libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV | libc::ENOSYS => NtStatus::NOT_SUPPORTED,
+            libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV | libc::ENOSYS => {
+                NtStatus::NOT_SUPPORTED
+            }
             libc::EACCES | libc::EPERM => NtStatus::PRIVILEGE_NOT_HELD,
             libc::ESRCH => NtStatus::INVALID_HANDLE,
             libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::ENOSPC | libc::EAGAIN => {
@@ -144,15 +146,27 @@ mod tests {
         assert!(!NtStatus::BUFFER_OVERFLOW.is_success());
         assert!(!NtStatus::DATATYPE_MISALIGNMENT.is_success());
         assert!(NtStatus::SUCCESS.is_success());
-        assert_eq!(NtStatus::BUFFER_TOO_SMALL.name(), Some("STATUS_BUFFER_TOO_SMALL"));
+        assert_eq!(
+            NtStatus::BUFFER_TOO_SMALL.name(),
+            Some("STATUS_BUFFER_TOO_SMALL")
+        );
         assert_eq!(format!("{}", NtStatus(0x1234)), "NtStatus(0x00001234)");
     }
 
     #[test]
     fn errno_table() {
         assert_eq!(NtStatus::from_errno(libc::ENOENT), NtStatus::NOT_SUPPORTED);
-        assert_eq!(NtStatus::from_errno(libc::EMFILE), NtStatus::INSUFFICIENT_RESOURCES);
-        assert_eq!(NtStatus::from_errno(libc::EACCES), NtStatus::PRIVILEGE_NOT_HELD);
-        assert_eq!(NtStatus::from_errno(libc::EINVAL), NtStatus::INVALID_PARAMETER);
+        assert_eq!(
+            NtStatus::from_errno(libc::EMFILE),
+            NtStatus::INSUFFICIENT_RESOURCES
+        );
+        assert_eq!(
+            NtStatus::from_errno(libc::EACCES),
+            NtStatus::PRIVILEGE_NOT_HELD
+        );
+        assert_eq!(
+            NtStatus::from_errno(libc::EINVAL),
+            NtStatus::INVALID_PARAMETER
+        );
     }
 }

@@ -28,8 +28,9 @@ impl Target {
             Target::CurrentProcess => "/proc/self/task".to_string(),
         };
         let entries = std::fs::read_dir(dir).map_err(|_| NtStatus::INVALID_HANDLE)?;
-        let mut tids: Vec<i32> =
-            entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+        let mut tids: Vec<i32> = entries
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
         tids.sort_unstable();
         Ok(tids)
     }

@@ -38,12 +38,25 @@ pub(crate) struct RingIn {
 /// A request to the consumer. Every request that carries an ack is answered after it took effect.
 pub(crate) enum Msg {
     /// Rings of a stream (new, or grown by more CPUs).
-    AddRings { stream: u64, rings: Vec<RingIn>, ack: Sender<()> },
+    AddRings {
+        stream: u64,
+        rings: Vec<RingIn>,
+        ack: Sender<()>,
+    },
     /// Start counting for a profile on a stream, on these CPUs.
-    Publish { stream: u64, core: Arc<ProfileCore>, cpus: CpuSet, ack: Sender<()> },
+    Publish {
+        stream: u64,
+        core: Arc<ProfileCore>,
+        cpus: CpuSet,
+        ack: Sender<()>,
+    },
     /// Drain the stream's rings (so every sample taken before the request counts), then stop counting for the
     /// profile and forget its buffer.
-    Unpublish { stream: u64, profile: u64, ack: Sender<()> },
+    Unpublish {
+        stream: u64,
+        profile: u64,
+        ack: Sender<()>,
+    },
     /// Drain the stream's rings and unmap them; the API side closes the descriptors after the ack.
     RemoveStream { stream: u64, ack: Sender<()> },
     /// Drain everything now (live reads that want fresh counts).
@@ -78,13 +91,22 @@ struct CStream {
 
 impl CStream {
     fn rebuild_index(&mut self) {
-        let ranges: Vec<(u64, u64)> = self.active.iter().map(|a| (a.layout.base, a.layout.end())).collect();
+        let ranges: Vec<(u64, u64)> = self
+            .active
+            .iter()
+            .map(|a| (a.layout.base, a.layout.end()))
+            .collect();
         self.index = RangeIndex::build(&ranges);
     }
 
     /// Drain every ring of the stream to empty and publish the statistics. The hot path.
     fn drain(&mut self) {
-        let CStream { rings, active, index, .. } = self;
+        let CStream {
+            rings,
+            active,
+            index,
+            ..
+        } = self;
         for r in rings.iter_mut() {
             let cpu = r.cpu;
             let (mut samples, mut lost, mut throttled) = (0u64, 0u64, 0u64);
@@ -136,7 +158,12 @@ impl Consumer {
     pub(crate) fn new(rx: Receiver<Msg>, waker: Arc<Waker>) -> Result<Consumer, i32> {
         let epoll = Epoll::new()?;
         epoll.add(waker.fd_raw(), WAKER_TOKEN)?;
-        Ok(Consumer { rx, waker, epoll, streams: Vec::new() })
+        Ok(Consumer {
+            rx,
+            waker,
+            epoll,
+            streams: Vec::new(),
+        })
     }
 
     /// The loop: wait, drain every ring, then answer requests. Returns on `Exit` or when every sender is gone.
@@ -187,12 +214,21 @@ impl Consumer {
                     // A failed registration only loses the early wake-up; the timed drain still reads the ring.
                     let _ = self.epoll.add(r.fd, r.fd as u64);
                     if let Some(s) = self.stream(stream) {
-                        s.rings.push(CRing { cpu: r.cpu, ring: r.ring, fd: r.fd });
+                        s.rings.push(CRing {
+                            cpu: r.cpu,
+                            ring: r.ring,
+                            fd: r.fd,
+                        });
                     }
                 }
                 let _ = ack.send(());
             }
-            Msg::Publish { stream, core, cpus, ack } => {
+            Msg::Publish {
+                stream,
+                core,
+                cpus,
+                ack,
+            } => {
                 if let Some(s) = self.stream(stream) {
                     s.drain(); // samples taken before the start do not belong to the new profile
                     let layout = core.layout;
@@ -209,7 +245,11 @@ impl Consumer {
                 }
                 let _ = ack.send(());
             }
-            Msg::Unpublish { stream, profile, ack } => {
+            Msg::Unpublish {
+                stream,
+                profile,
+                ack,
+            } => {
                 if let Some(s) = self.stream(stream) {
                     s.drain();
                     s.active.retain(|a| a.core.id != profile);

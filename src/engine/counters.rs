@@ -27,10 +27,14 @@ impl CounterStorage {
     /// The raw view the consumer writes through.
     pub fn buf(&self) -> CounterBuf {
         match self {
-            CounterStorage::Owned(b) => CounterBuf { ptr: b.as_ptr(), len: b.len() },
-            CounterStorage::Borrowed { addr, len } => {
-                CounterBuf { ptr: *addr as *const AtomicU32, len: *len }
-            }
+            CounterStorage::Owned(b) => CounterBuf {
+                ptr: b.as_ptr(),
+                len: b.len(),
+            },
+            CounterStorage::Borrowed { addr, len } => CounterBuf {
+                ptr: *addr as *const AtomicU32,
+                len: *len,
+            },
         }
     }
 

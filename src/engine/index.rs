@@ -15,8 +15,11 @@ pub struct RangeIndex {
 impl RangeIndex {
     /// Build the index of `ranges` (`(base, end)` pairs, end exclusive); slot `i` is `ranges[i]`.
     pub fn build(ranges: &[(u64, u64)]) -> RangeIndex {
-        let mut bounds: Vec<u64> =
-            ranges.iter().filter(|(b, e)| b < e).flat_map(|&(b, e)| [b, e]).collect();
+        let mut bounds: Vec<u64> = ranges
+            .iter()
+            .filter(|(b, e)| b < e)
+            .flat_map(|&(b, e)| [b, e])
+            .collect();
         bounds.sort_unstable();
         bounds.dedup();
         let mut starts = Vec::with_capacity(bounds.len());
@@ -33,7 +36,11 @@ impl RangeIndex {
             }
         }
         starts.push(members.len() as u32);
-        RangeIndex { bounds, starts, members }
+        RangeIndex {
+            bounds,
+            starts,
+            members,
+        }
     }
 
     /// The slots whose range may hold `pc` (each slot still applies its own exact range test).

@@ -10,9 +10,9 @@
 pub(crate) mod consumer;
 #[allow(unsafe_code)]
 pub(crate) mod counters;
+pub(crate) mod fork;
 pub(crate) mod index;
 
-use std::collections::HashSet;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -62,7 +62,7 @@ struct ConsumerHandle {
     tid: i32,
 }
 
-struct Engine {
+pub(crate) struct Engine {
     consumer: Option<ConsumerHandle>,
     streams: Vec<Stream>,
     /// (profile id, stream id) of every started profile.
@@ -70,10 +70,14 @@ struct Engine {
     next_stream: u64,
 }
 
-static ENGINE: Mutex<Engine> =
-    Mutex::new(Engine { consumer: None, streams: Vec::new(), started: Vec::new(), next_stream: 1 });
+static ENGINE: Mutex<Engine> = Mutex::new(Engine {
+    consumer: None,
+    streams: Vec::new(),
+    started: Vec::new(),
+    next_stream: 1,
+});
 
-fn lock() -> MutexGuard<'static, Engine> {
+pub(crate) fn lock() -> MutexGuard<'static, Engine> {
     // A panic while holding the lock leaves the tables consistent at every await point; keep going.
     ENGINE.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -103,7 +107,11 @@ pub(crate) fn start(core: &Arc<ProfileCore>) -> Result<(), NtStatus> {
         return Err(NtStatus::PROFILING_AT_LIMIT);
     }
     let cpus = core.affinity.effective(&online_cpus());
-    let key = StreamKey { source: core.source, target: core.target.clone(), kernel: core.wants_kernel() };
+    let key = StreamKey {
+        source: core.source,
+        target: core.target.clone(),
+        kernel: core.wants_kernel(),
+    };
     eng.ensure_consumer()?;
     let result = eng.start_on(core, key, cpus);
     eng.shutdown_if_idle();
@@ -114,8 +122,11 @@ pub(crate) fn start(core: &Arc<ProfileCore>) -> Result<(), NtStatus> {
 /// stream, unpublish, and return only when the consumer can no longer touch the buffer.
 pub(crate) fn stop(core: &ProfileCore) -> Result<(), NtStatus> {
     let mut eng = lock();
-    let pos =
-        eng.started.iter().position(|(p, _)| *p == core.id).ok_or(NtStatus::PROFILING_NOT_STARTED)?;
+    let pos = eng
+        .started
+        .iter()
+        .position(|(p, _)| *p == core.id)
+        .ok_or(NtStatus::PROFILING_NOT_STARTED)?;
     let (_, stream) = eng.started.remove(pos);
     let result = eng.unpublish(stream, core.id);
     eng.shutdown_if_idle();
@@ -137,7 +148,11 @@ pub(crate) fn set_interval(source: ProfileSource, interval: u32) -> u32 {
     let mut eng = lock();
     let effective = source::store_interval(source, interval);
     let period = source.period_for(effective);
-    for s in eng.streams.iter_mut().filter(|s| s.key.source == source && s.params.period != period) {
+    for s in eng
+        .streams
+        .iter_mut()
+        .filter(|s| s.key.source == source && s.params.period != period)
+    {
         for fd in &s.fds {
             // A descriptor whose thread exited answers ESRCH or nothing; the others take the new period.
             let _ = event::set_period(fd.as_fd(), period);
@@ -149,10 +164,30 @@ pub(crate) fn set_interval(source: ProfileSource, interval: u32) -> u32 {
 
 /// The perf period streams of `source` use now (for tests and the listing).
 pub fn stream_period(source: ProfileSource) -> Option<u64> {
-    lock().streams.iter().find(|s| s.key.source == source).map(|s| s.params.period)
+    lock()
+        .streams
+        .iter()
+        .find(|s| s.key.source == source)
+        .map(|s| s.params.period)
 }
 
 impl Engine {
+    /// In a forked child: the consumer thread does not exist here and the rings are not mapped. Forget the
+    /// thread (never join or detach it), close this process's copies of the event descriptors, and forget
+    /// every started profile. The rings' bookkeeping lived in the consumer's memory and is simply abandoned.
+    fn forget_after_fork(&mut self) {
+        if let Some(c) = self.consumer.take() {
+            let ConsumerHandle {
+                tx, waker, thread, ..
+            } = c;
+            std::mem::forget(thread);
+            drop(tx);
+            drop(waker);
+        }
+        self.streams.clear();
+        self.started.clear();
+    }
+
     fn ensure_consumer(&mut self) -> Result<(), NtStatus> {
         if self.consumer.is_some() {
             return Ok(());
@@ -178,7 +213,12 @@ impl Engine {
             })
             .map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
         let tid = tid_rx.recv().map_err(|_| NtStatus::INTERNAL_ERROR)?;
-        self.consumer = Some(ConsumerHandle { tx, waker, thread, tid });
+        self.consumer = Some(ConsumerHandle {
+            tx,
+            waker,
+            thread,
+            tid,
+        });
         Ok(())
     }
 
@@ -204,7 +244,12 @@ impl Engine {
         done.recv().map_err(|_| NtStatus::INTERNAL_ERROR)
     }
 
-    fn start_on(&mut self, core: &Arc<ProfileCore>, key: StreamKey, cpus: CpuSet) -> Result<(), NtStatus> {
+    fn start_on(
+        &mut self,
+        core: &Arc<ProfileCore>,
+        key: StreamKey,
+        cpus: CpuSet,
+    ) -> Result<(), NtStatus> {
         let consumer_tid = self.consumer.as_ref().map(|c| c.tid).unwrap_or(-1);
         let si = match self.streams.iter().position(|s| s.key == key) {
             Some(i) => i,
@@ -220,12 +265,20 @@ impl Engine {
                 };
                 let id = self.next_stream;
                 self.next_stream += 1;
-                self.streams.push(Stream { id, key, params, cpus: CpuSet::new(), fds: Vec::new(), profiles: 0 });
+                self.streams.push(Stream {
+                    id,
+                    key,
+                    params,
+                    cpus: CpuSet::new(),
+                    fds: Vec::new(),
+                    profiles: 0,
+                });
                 self.streams.len() - 1
             }
         };
         let sid = self.streams[si].id;
-        let missing: CpuSet = CpuSet::from_cpus(cpus.iter().filter(|c| !self.streams[si].cpus.contains(*c)));
+        let missing: CpuSet =
+            CpuSet::from_cpus(cpus.iter().filter(|c| !self.streams[si].cpus.contains(*c)));
         let first_new = self.streams[si].fds.len();
         if !missing.is_empty() {
             let s = &self.streams[si];
@@ -242,12 +295,21 @@ impl Engine {
             let s = &mut self.streams[si];
             s.fds.extend(fds);
             s.cpus = s.cpus.union(&missing);
-            if let Err(e) = self.request(|ack| Msg::AddRings { stream: sid, rings, ack }) {
+            if let Err(e) = self.request(|ack| Msg::AddRings {
+                stream: sid,
+                rings,
+                ack,
+            }) {
                 self.drop_stream_if_unused(si);
                 return Err(e);
             }
         }
-        if let Err(e) = self.request(|ack| Msg::Publish { stream: sid, core: core.clone(), cpus, ack }) {
+        if let Err(e) = self.request(|ack| Msg::Publish {
+            stream: sid,
+            core: core.clone(),
+            cpus,
+            ack,
+        }) {
             self.drop_stream_if_unused(si);
             return Err(e);
         }
@@ -288,7 +350,11 @@ impl Engine {
                 let _ = event::disable(fd.as_fd());
             }
         }
-        let result = self.request(|ack| Msg::Unpublish { stream: sid, profile, ack });
+        let result = self.request(|ack| Msg::Unpublish {
+            stream: sid,
+            profile,
+            ack,
+        });
         self.streams[si].profiles -= 1;
         if last {
             let removed = self.request(|ack| Msg::RemoveStream { stream: sid, ack });
@@ -301,52 +367,104 @@ impl Engine {
 }
 
 /// Open the events of `target` on `cpus`: one per (thread × CPU), the first of each CPU owning the CPU's ring,
-/// the others redirected into it. Re-scans the thread list until no new thread shows up.
+/// the others redirected into it.
+///
+/// A pass is sound only when no thread appeared while it ran: a thread created during the pass by a thread
+/// already instrumented inherits that thread's events, and opening its own events as well would count it twice.
+/// So a pass scans the threads, opens every event, and scans again; if a new thread showed up, the whole pass is
+/// discarded (closing a parent event also removes its inherited children) and done again. After a stable pass,
+/// every thread is observed exactly once: those of the scan by their own events, later ones through
+/// inheritance from their creator. Under a storm of thread creation that never settles, the last pass adds the
+/// newcomers one by one instead (each is then observed at least once).
 fn open_cpus(
     params: &EventParams,
     target: &Target,
     cpus: &CpuSet,
     skip_tid: i32,
 ) -> Result<(Vec<OwnedFd>, Vec<RingIn>), NtStatus> {
-    let cpus: Vec<usize> = cpus.iter().collect();
-    let layout = SampleLayout { tid: params.sample_tid };
-    let mut fds: Vec<OwnedFd> = Vec::new();
-    let mut rings: Vec<RingIn> = Vec::new();
-    let mut owner: Vec<Option<usize>> = vec![None; cpus.len()];
-    let mut done: HashSet<i32> = HashSet::new();
-    for _ in 0..RESCAN_LIMIT {
-        let fresh: Vec<i32> =
-            target.threads()?.into_iter().filter(|t| *t != skip_tid && !done.contains(t)).collect();
-        if fresh.is_empty() {
-            break;
+    for attempt in 0..RESCAN_LIMIT {
+        let mut pass = Pass::new(params, cpus);
+        let scan = target.threads()?;
+        for &tid in scan.iter().filter(|t| **t != skip_tid) {
+            pass.observe(tid)?;
         }
-        for tid in fresh {
-            done.insert(tid);
-            for (ci, &cpu) in cpus.iter().enumerate() {
-                let fd = match event::open(params, tid, cpu) {
-                    Ok(fd) => fd,
-                    Err(libc::ESRCH) => break, // the thread exited meanwhile
-                    Err(errno) => return Err(NtStatus::from_errno(errno)),
-                };
-                match owner[ci] {
-                    None => {
-                        let ring = map_ring(&fd, layout)?;
-                        rings.push(RingIn { cpu, ring, fd: fd.as_raw_fd() });
-                        owner[ci] = Some(fds.len());
-                    }
-                    Some(o) => {
-                        event::set_output(fd.as_fd(), fds[o].as_fd()).map_err(NtStatus::from_errno)?;
-                    }
-                }
-                fds.push(fd);
+        let fresh: Vec<i32> = target
+            .threads()?
+            .into_iter()
+            .filter(|t| *t != skip_tid && scan.binary_search(t).is_err())
+            .collect();
+        if fresh.is_empty() || attempt + 1 == RESCAN_LIMIT {
+            for tid in fresh {
+                pass.observe(tid)?;
             }
+            return pass.finish();
         }
     }
-    if rings.len() != cpus.len() {
-        // No thread could be observed at all (the target is gone).
-        return Err(NtStatus::INVALID_HANDLE);
+    Err(NtStatus::INTERNAL_ERROR)
+}
+
+/// One attempt at opening a stream's events on some CPUs.
+struct Pass<'a> {
+    params: &'a EventParams,
+    cpus: Vec<usize>,
+    layout: SampleLayout,
+    fds: Vec<OwnedFd>,
+    rings: Vec<RingIn>,
+    owner: Vec<Option<usize>>,
+}
+
+impl<'a> Pass<'a> {
+    fn new(params: &'a EventParams, cpus: &CpuSet) -> Pass<'a> {
+        let cpus: Vec<usize> = cpus.iter().collect();
+        let owner = vec![None; cpus.len()];
+        let layout = SampleLayout {
+            tid: params.sample_tid,
+        };
+        Pass {
+            params,
+            cpus,
+            layout,
+            fds: Vec::new(),
+            rings: Vec::new(),
+            owner,
+        }
     }
-    Ok((fds, rings))
+
+    /// Open thread `tid`'s event on every CPU of the pass.
+    fn observe(&mut self, tid: i32) -> Result<(), NtStatus> {
+        for (ci, &cpu) in self.cpus.iter().enumerate() {
+            let fd = match event::open(self.params, tid, cpu) {
+                Ok(fd) => fd,
+                Err(libc::ESRCH) => return Ok(()), // the thread exited meanwhile
+                Err(errno) => return Err(NtStatus::from_errno(errno)),
+            };
+            match self.owner[ci] {
+                None => {
+                    let ring = map_ring(&fd, self.layout)?;
+                    self.rings.push(RingIn {
+                        cpu,
+                        ring,
+                        fd: fd.as_raw_fd(),
+                    });
+                    self.owner[ci] = Some(self.fds.len());
+                }
+                Some(o) => {
+                    event::set_output(fd.as_fd(), self.fds[o].as_fd())
+                        .map_err(NtStatus::from_errno)?;
+                }
+            }
+            self.fds.push(fd);
+        }
+        Ok(())
+    }
+
+    fn finish(self) -> Result<(Vec<OwnedFd>, Vec<RingIn>), NtStatus> {
+        if self.rings.len() != self.cpus.len() {
+            // No thread could be observed at all (the target is gone).
+            return Err(NtStatus::INVALID_HANDLE);
+        }
+        Ok((self.fds, self.rings))
+    }
 }
 
 /// Map a ring within the locked-memory budget: halve the size on EPERM/ENOMEM down to one page, then fail with

@@ -80,7 +80,8 @@ fn create(
         probe::read_bytes(addr, &mut raw)?;
         for rec in raw.chunks_exact(GROUP_AFFINITY_SIZE) {
             let word = |i: usize| u16::from_ne_bytes([rec[i], rec[i + 1]]);
-            let mask = u64::from_ne_bytes(rec[0..8].try_into().map_err(|_| NtStatus::INTERNAL_ERROR)?);
+            let mask =
+                u64::from_ne_bytes(rec[0..8].try_into().map_err(|_| NtStatus::INTERNAL_ERROR)?);
             groups.push((mask, word(8), [word(10), word(12), word(14)]));
         }
     }
@@ -107,7 +108,10 @@ fn create(
     };
     check_kernel_privilege(&layout)?;
     // Check 10: create, stopped; write the handle.
-    let storage = CounterStorage::Borrowed { addr: buffer, len: (buffer_size / 4) as usize };
+    let storage = CounterStorage::Borrowed {
+        addr: buffer,
+        len: (buffer_size / 4) as usize,
+    };
     let core = ProfileCore::new(layout, source, target, affinity, storage);
     let handle = table.insert(Object::Profile(Arc::new(core)))?;
     if let Err(status) = probe::write_bytes(handle_out, &handle.to_ne_bytes()) {
@@ -257,7 +261,10 @@ pub extern "C" fn NtQueryIntervalProfile(profile_source: u32, interval: *mut u32
 /// `NtprofileQueryStatistics` — what a profile counted: counted, outside the range, lost, throttled
 /// (`NTPROFILE_STATISTICS`, four `ULONGLONG`s). Live while started; final after stop.
 #[unsafe(no_mangle)]
-pub extern "C" fn NtprofileQueryStatistics(profile_handle: Handle, statistics: *mut ProfileStats) -> i32 {
+pub extern "C" fn NtprofileQueryStatistics(
+    profile_handle: Handle,
+    statistics: *mut ProfileStats,
+) -> i32 {
     boundary(|| {
         with_profile(profile_handle, |core| {
             if engine::is_started(core.id) {
@@ -265,7 +272,10 @@ pub extern "C" fn NtprofileQueryStatistics(profile_handle: Handle, statistics: *
             }
             let s = core.stats.read();
             let mut bytes = [0u8; 32];
-            for (i, v) in [s.counted, s.outside, s.lost, s.throttled].into_iter().enumerate() {
+            for (i, v) in [s.counted, s.outside, s.lost, s.throttled]
+                .into_iter()
+                .enumerate()
+            {
                 bytes[i * 8..i * 8 + 8].copy_from_slice(&v.to_ne_bytes());
             }
             probe::write_bytes(statistics as usize, &bytes)

@@ -29,7 +29,10 @@ pub(crate) struct Table {
 /// Slots addressable by a handle value (index in bits 2..32).
 const MAX_SLOTS: usize = 1 << 29;
 
-static TABLE: Mutex<Table> = Mutex::new(Table { slots: Vec::new(), free: Vec::new() });
+static TABLE: Mutex<Table> = Mutex::new(Table {
+    slots: Vec::new(),
+    free: Vec::new(),
+});
 
 /// Lock the table.
 pub(crate) fn table() -> MutexGuard<'static, Table> {
@@ -53,6 +56,16 @@ fn decode(handle: usize) -> Option<(usize, u32)> {
 }
 
 impl Table {
+    /// Invalidate every handle (a forked child: nothing of the parent's is usable there).
+    pub(crate) fn invalidate_all(&mut self) {
+        for (index, slot) in self.slots.iter_mut().enumerate() {
+            if slot.object.take().is_some() {
+                slot.generation = (slot.generation.wrapping_add(1) & 0x7FFF_FFFF).max(1);
+                self.free.push(index);
+            }
+        }
+    }
+
     /// Store `object` and return its new handle value.
     pub(crate) fn insert(&mut self, object: Object) -> Result<usize, NtStatus> {
         let index = match self.free.pop() {
@@ -61,8 +74,13 @@ impl Table {
                 if self.slots.len() >= MAX_SLOTS {
                     return Err(NtStatus::INSUFFICIENT_RESOURCES);
                 }
-                self.slots.try_reserve(1).map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
-                self.slots.push(Slot { generation: 1, object: None });
+                self.slots
+                    .try_reserve(1)
+                    .map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
+                self.slots.push(Slot {
+                    generation: 1,
+                    object: None,
+                });
                 self.slots.len() - 1
             }
         };
@@ -93,10 +111,7 @@ impl Table {
         let (index, _) = decode(handle).ok_or(NtStatus::INVALID_HANDLE)?;
         let slot = &mut self.slots[index];
         let object = slot.object.take().ok_or(NtStatus::INVALID_HANDLE)?;
-        slot.generation = slot.generation.wrapping_add(1).max(1) & 0x7FFF_FFFF;
-        if slot.generation == 0 {
-            slot.generation = 1;
-        }
+        slot.generation = (slot.generation.wrapping_add(1) & 0x7FFF_FFFF).max(1);
         self.free.push(index);
         Ok(object)
     }
@@ -112,7 +127,11 @@ mod tests {
         assert_eq!(h % 4, 0);
         assert_ne!(h, 0);
         assert_eq!(decode(h), Some((0, 1)));
-        assert_eq!(decode(usize::MAX), None, "NtCurrentProcess() is never a handle");
+        assert_eq!(
+            decode(usize::MAX),
+            None,
+            "NtCurrentProcess() is never a handle"
+        );
         assert_eq!(decode(usize::MAX - 1), None);
         assert_eq!(decode(0), None);
         assert_eq!(decode(h + 1), None);

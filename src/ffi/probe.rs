@@ -32,18 +32,27 @@ fn range_has(addr: usize, len: usize, perm: u8) -> bool {
     if addr == 0 {
         return false;
     }
-    let Some(end) = addr.checked_add(len) else { return false };
+    let Some(end) = addr.checked_add(len) else {
+        return false;
+    };
     if len == 0 {
         return true;
     }
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else { return false };
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return false;
+    };
     let mut cursor = addr;
     // Mappings are listed in address order: walk them, extending the covered prefix.
     for line in maps.lines() {
         let mut fields = line.split_whitespace();
-        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else { continue };
-        let Some((lo, hi)) = range.split_once('-') else { continue };
-        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16)) else {
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            continue;
+        };
+        let Some((lo, hi)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(lo), Ok(hi)) = (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+        else {
             continue;
         };
         if hi <= cursor {
@@ -66,7 +75,10 @@ pub(crate) fn write_bytes(addr: usize, bytes: &[u8]) -> Result<(), NtStatus> {
         return Err(NtStatus::ACCESS_VIOLATION);
     }
     let local = [IoSlice::new(bytes)];
-    let remote = [RemoteIoVec { base: addr, len: bytes.len() }];
+    let remote = [RemoteIoVec {
+        base: addr,
+        len: bytes.len(),
+    }];
     match process_vm_writev(me(), &local, &remote) {
         Ok(n) if n == bytes.len() => Ok(()),
         Ok(_) | Err(nix::errno::Errno::EFAULT) => Err(NtStatus::ACCESS_VIOLATION),

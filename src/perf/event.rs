@@ -75,7 +75,9 @@ pub fn open(params: &EventParams, tid: i32, cpu: usize) -> Result<OwnedFd, i32> 
         .inherit_thread(params.inherit_threads)
         .wakeup_watermark(params.wakeup_watermark)
         .enabled(false);
-    let counter = builder.build().map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))?;
+    let counter = builder
+        .build()
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))?;
     let raw = counter.into_raw_fd();
     // SAFETY: `into_raw_fd` hands us sole ownership of a valid, open descriptor.
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
@@ -96,7 +98,10 @@ pub fn probe(spec: &PerfEventSpec, period: u64) -> Result<(), i32> {
         .exclude_kernel(true)
         .exclude_hv(true)
         .enabled(false);
-    builder.build().map(drop).map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))
+    builder
+        .build()
+        .map(drop)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))
 }
 
 fn ioctl_arg(fd: BorrowedFd<'_>, request: libc::c_ulong, arg: libc::c_ulong) -> Result<(), i32> {
@@ -131,5 +136,7 @@ pub fn set_period(fd: BorrowedFd<'_>, period: u64) -> Result<(), i32> {
 
 /// The calling thread's errno.
 pub fn last_errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }

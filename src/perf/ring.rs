@@ -111,7 +111,13 @@ impl Ring {
         } else {
             (data_offset, data_size)
         };
-        Ok(Ring { base, map_len, data_offset: data_offset as usize, mask: data_size - 1, layout })
+        Ok(Ring {
+            base,
+            map_len,
+            data_offset: data_offset as usize,
+            mask: data_size - 1,
+            layout,
+        })
     }
 
     fn head(&self) -> &AtomicU64 {
@@ -146,7 +152,7 @@ impl Ring {
         while pos < head {
             let header = self.word(pos);
             let kind = header as u32;
-            let size = (header >> 48) as u64;
+            let size = header >> 48;
             if size < 8 || pos + size > head {
                 // A torn or corrupt header: never loop forever; skip to head.
                 pos = head;

@@ -27,7 +27,9 @@ impl Waker {
             return Err(last_errno());
         }
         // SAFETY: `fd` is a fresh descriptor owned by nobody else.
-        Ok(Waker { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        Ok(Waker {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
     }
 
     /// Wake the waiter (adds 1 to the counter).
@@ -68,12 +70,17 @@ impl Epoll {
             return Err(last_errno());
         }
         // SAFETY: `fd` is fresh and owned by nobody else.
-        Ok(Epoll { fd: unsafe { OwnedFd::from_raw_fd(fd) } })
+        Ok(Epoll {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+        })
     }
 
     /// Watch `fd` for input; `token` comes back with its events.
     pub fn add(&self, fd: RawFd, token: u64) -> Result<(), i32> {
-        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: token };
+        let mut ev = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: token,
+        };
         // SAFETY: `ev` is a live epoll_event for the call; `fd` is open (owned by the caller's stream).
         let rc = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
         if rc < 0 { Err(last_errno()) } else { Ok(()) }
@@ -92,7 +99,12 @@ impl Epoll {
     pub fn wait(&self, events: &mut [libc::epoll_event], timeout_ms: i32) -> usize {
         // SAFETY: `events` is a live, writable array of `events.len()` epoll_event.
         let n = unsafe {
-            libc::epoll_wait(self.fd.as_raw_fd(), events.as_mut_ptr(), events.len() as i32, timeout_ms)
+            libc::epoll_wait(
+                self.fd.as_raw_fd(),
+                events.as_mut_ptr(),
+                events.len() as i32,
+                timeout_ms,
+            )
         };
         if n < 0 { 0 } else { n as usize }
     }
@@ -103,3 +115,15 @@ pub const EPOLLHUP: u32 = libc::EPOLLHUP as u32;
 
 /// An empty epoll event (for event arrays).
 pub const EMPTY_EVENT: libc::epoll_event = libc::epoll_event { events: 0, u64: 0 };
+
+/// Register fork handlers (`pthread_atfork(3)`): `prepare` runs before `fork()` in the forking thread,
+/// `parent` after it in the parent, `child` in the child.
+pub fn register_atfork(
+    prepare: extern "C" fn(),
+    parent: extern "C" fn(),
+    child: extern "C" fn(),
+) -> Result<(), i32> {
+    // SAFETY: the three handlers are plain `extern "C" fn()` items that live for the whole program.
+    let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+    if rc != 0 { Err(rc) } else { Ok(()) }
+}
