@@ -251,3 +251,12 @@ pub fn query_interval(source: ProfileSource) -> u32 {
     }
     source::effective_interval(source)
 }
+
+/// Jitter a source's sample period by up to ± `percent` % (0: a fixed period, the default), an extension:
+/// periodic workloads can no longer alias with the sampler, and the mean rate stays the interval's.
+///
+/// # Errors
+/// `STATUS_INVALID_PARAMETER` above 90 %, `STATUS_NOT_SUPPORTED` for a source not supported here.
+pub fn set_jitter(source: ProfileSource, percent: u32) -> Result<(), NtStatus> {
+    engine::set_jitter(source, percent)
+}

@@ -44,8 +44,11 @@ pub mod status;
 pub mod target;
 
 pub use affinity::{Affinity, CpuSet};
-pub use api::{Profile, ProfileBuilder, query_interval, set_interval};
+pub use api::{Profile, ProfileBuilder, query_interval, set_interval, set_jitter};
 pub use buckets::BucketLayout;
 pub use profile::ProfileStats;
-pub use source::{IntervalUnit, ProfileSource, Support};
+pub use source::{
+    IntervalUnit, PerfEventSpec, ProfileSource, SourceInfo, Support, list_sources,
+    register_raw_source,
+};
 pub use status::NtStatus;

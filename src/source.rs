@@ -8,6 +8,12 @@ use crate::status::NtStatus;
 
 /// First value of the Linux extension range (sources NT does not have).
 pub const EXTENSION_BASE: u32 = 0x1_0000;
+/// First value of the raw perf events registered at run time.
+pub const REGISTERED_BASE: u32 = 0x2_0000;
+/// How many raw sources a process may register.
+pub const MAX_REGISTERED: usize = 64;
+/// `PERF_TYPE_TRACEPOINT`.
+const PERF_TYPE_TRACEPOINT: u32 = 2;
 
 macro_rules! sources {
     ($($(#[$doc:meta])* $variant:ident = $value:expr, $name:expr;)*) => {
@@ -17,25 +23,41 @@ macro_rules! sources {
         #[non_exhaustive]
         pub enum ProfileSource {
             $($(#[$doc])* $variant,)*
+            /// A raw perf event registered at run time with [`register_raw_source`]: the n-th registration,
+            /// numbered `REGISTERED_BASE + n`.
+            Registered(u16),
         }
 
         impl ProfileSource {
-            /// Every source this build knows, in value order.
+            /// Every built-in source, in value order (registered raw sources are listed by [`list_sources`]).
             pub const ALL: &'static [ProfileSource] = &[$(ProfileSource::$variant,)*];
 
             /// The source's numeric value (`KPROFILE_SOURCE`).
             pub const fn to_raw(self) -> u32 {
-                match self { $(ProfileSource::$variant => $value,)* }
+                match self {
+                    $(ProfileSource::$variant => $value,)*
+                    ProfileSource::Registered(n) => REGISTERED_BASE + n as u32,
+                }
             }
 
-            /// The source for a numeric value, or `None` for a value no source has (`ProfileMaximum` included).
-            pub const fn from_raw(value: u32) -> Option<ProfileSource> {
-                match value { $(v if v == $value => Some(ProfileSource::$variant),)* _ => None }
+            /// The source for a numeric value, or `None` for a value no source has (`ProfileMaximum` included,
+            /// and raw-source numbers not registered yet).
+            pub fn from_raw(value: u32) -> Option<ProfileSource> {
+                match value {
+                    $(v if v == $value => Some(ProfileSource::$variant),)*
+                    v if v >= REGISTERED_BASE && ((v - REGISTERED_BASE) as usize) < registered_count() => {
+                        Some(ProfileSource::Registered((v - REGISTERED_BASE) as u16))
+                    }
+                    _ => None,
+                }
             }
 
             /// The source's name as Windows lists it ("Timer" for ProfileTime), or the Linux event's name.
-            pub const fn name(self) -> &'static str {
-                match self { $(ProfileSource::$variant => $name,)* }
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(ProfileSource::$variant => $name,)*
+                    ProfileSource::Registered(n) => registered(n).map(|r| r.name).unwrap_or("raw"),
+                }
             }
         }
     };
@@ -191,9 +213,10 @@ pub const COUNT_MAX_INTERVAL: u32 = 0x8000_0000;
 
 impl ProfileSource {
     /// The perf event behind this source, or `None` when Linux has no generic event for it.
-    pub const fn perf_event(self) -> Option<PerfEventSpec> {
+    pub fn perf_event(self) -> Option<PerfEventSpec> {
         use ProfileSource::*;
         match self {
+            Registered(n) => registered(n),
             Time => ev(PERF_TYPE_SOFTWARE, 0, "cpu-clock"),
             AlignmentFixup | AlignmentFaults => ev(PERF_TYPE_SOFTWARE, 7, "alignment-faults"),
             TotalIssues | InstructionRetired => ev(PERF_TYPE_HARDWARE, 1, "instructions"),
@@ -226,24 +249,39 @@ impl ProfileSource {
     }
 
     /// What the interval counts for this source.
-    pub const fn interval_unit(self) -> IntervalUnit {
+    pub fn interval_unit(self) -> IntervalUnit {
         match self {
             ProfileSource::Time | ProfileSource::TaskClock => IntervalUnit::Time100ns,
             _ => IntervalUnit::Events,
         }
     }
 
-    /// True for sources backed by a hardware performance counter.
-    pub const fn is_hardware(self) -> bool {
+    /// True for sources backed by a hardware performance counter (a registered raw event counts as hardware
+    /// unless it is a software or tracepoint event).
+    pub fn is_hardware(self) -> bool {
         match self.perf_event() {
+            Some(e) if matches!(self, ProfileSource::Registered(_)) => {
+                e.type_ != PERF_TYPE_SOFTWARE && e.type_ != PERF_TYPE_TRACEPOINT
+            }
             Some(e) => e.type_ == PERF_TYPE_HARDWARE || e.type_ == PERF_TYPE_HW_CACHE,
             None => true,
         }
     }
 
     /// Static interval limits (the timer's run-time floor is applied by [`ProfileSource::min_interval`]).
-    pub const fn limits(self) -> IntervalLimits {
+    pub fn limits(self) -> IntervalLimits {
         match self.interval_unit() {
+            IntervalUnit::Events if matches!(self, ProfileSource::Registered(_)) => {
+                IntervalLimits {
+                    default: if self.is_hardware() {
+                        PMC_DEFAULT_INTERVAL
+                    } else {
+                        1
+                    },
+                    min: 1,
+                    max: COUNT_MAX_INTERVAL,
+                }
+            }
             IntervalUnit::Time100ns => IntervalLimits {
                 default: TIME_DEFAULT_INTERVAL,
                 min: TIME_KERNEL_FLOOR,
@@ -284,7 +322,7 @@ impl ProfileSource {
     }
 
     /// The perf sample period (nanoseconds for timers, events otherwise) for an interval of this source.
-    pub const fn period_for(self, interval: u32) -> u64 {
+    pub fn period_for(self, interval: u32) -> u64 {
         match self.interval_unit() {
             IntervalUnit::Time100ns => interval as u64 * 100,
             IntervalUnit::Events => interval as u64,
@@ -309,7 +347,27 @@ fn read_max_sample_rate() -> Option<u64> {
 
 /// The per-source interval table of this process: what `NtSetIntervalProfile` stored (0 = never set: the
 /// default). Shared by every profile of a source, as NT's per-source interval.
-static INTERVALS: [AtomicU32; 64] = [const { AtomicU32::new(0) }; 64];
+static INTERVALS: [AtomicU32; TABLE_SIZE] = [const { AtomicU32::new(0) }; TABLE_SIZE];
+
+/// Slots of the per-source tables: the built-in sources, then the registered ones.
+const TABLE_SIZE: usize = 64 + MAX_REGISTERED;
+
+/// Jitter of each source's period, in percent (0 = a fixed period).
+static JITTER: [AtomicU32; TABLE_SIZE] = [const { AtomicU32::new(0) }; TABLE_SIZE];
+
+/// The largest jitter accepted, in percent.
+pub const MAX_JITTER_PERCENT: u32 = 90;
+
+/// The jitter of `source`'s period, in percent (0: fixed).
+pub fn jitter_percent(source: ProfileSource) -> u32 {
+    // Relaxed: a self-contained setting, re-read by the engine under its lock.
+    JITTER[source.table_index()].load(Ordering::Relaxed)
+}
+
+pub(crate) fn store_jitter(source: ProfileSource, percent: u32) {
+    // Relaxed: see `jitter_percent`.
+    JITTER[source.table_index()].store(percent, Ordering::Relaxed);
+}
 
 /// The interval stored for `source` (before the run-time clamp).
 fn stored_interval(source: ProfileSource) -> u32 {
@@ -378,7 +436,8 @@ impl Support {
     }
 }
 
-static SUPPORT: [std::sync::OnceLock<Support>; 64] = [const { std::sync::OnceLock::new() }; 64];
+static SUPPORT: [std::sync::OnceLock<Support>; TABLE_SIZE] =
+    [const { std::sync::OnceLock::new() }; TABLE_SIZE];
 
 impl ProfileSource {
     /// Whether this source's event opens on this machine: probed once (a sampling event on the calling thread,
@@ -396,6 +455,114 @@ impl ProfileSource {
     }
 }
 
+/// Raw perf events registered as sources, in registration order.
+static REGISTRY: std::sync::Mutex<Vec<PerfEventSpec>> = std::sync::Mutex::new(Vec::new());
+/// Number of registrations (read without the lock by `from_raw`).
+static REGISTERED: AtomicU32 = AtomicU32::new(0);
+
+fn registered_count() -> usize {
+    // Acquire: pairs with the Release increment in `register_raw_source`, which follows the push of the spec.
+    REGISTERED.load(Ordering::Acquire) as usize
+}
+
+fn registered(n: u16) -> Option<PerfEventSpec> {
+    REGISTRY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(usize::from(n))
+        .copied()
+}
+
+/// Register a raw perf event (`perf_event_attr` `type`, `config`, `config1`, `config2`) as a new profile source
+/// and return it. Registering the same event again returns the same source. Whether it can be sampled here is
+/// told by [`ProfileSource::support`] like any other source.
+///
+/// # Errors
+/// `STATUS_INSUFFICIENT_RESOURCES` past [`MAX_REGISTERED`] registrations.
+pub fn register_raw_source(
+    type_: u32,
+    config: u64,
+    config1: u64,
+    config2: u64,
+) -> Result<ProfileSource, NtStatus> {
+    let mut reg = REGISTRY
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let same = |e: &PerfEventSpec| {
+        e.type_ == type_ && e.config == config && e.config1 == config1 && e.config2 == config2
+    };
+    if let Some(n) = reg.iter().position(same) {
+        return Ok(ProfileSource::Registered(n as u16));
+    }
+    if reg.len() >= MAX_REGISTERED {
+        return Err(NtStatus::INSUFFICIENT_RESOURCES);
+    }
+    // The name lives as long as the process, like the registration (at most MAX_REGISTERED of them).
+    let name: &'static str =
+        Box::leak(format!("raw:{type_}:{config:#x}:{config1:#x}:{config2:#x}").into_boxed_str());
+    reg.push(PerfEventSpec {
+        type_,
+        config,
+        config1,
+        config2,
+        name,
+    });
+    // Release: publishes the pushed spec before the new count (see `registered_count`).
+    REGISTERED.fetch_add(1, Ordering::Release);
+    Ok(ProfileSource::Registered((reg.len() - 1) as u16))
+}
+
+/// One line of the source listing, in the spirit of Windows' `PROFILE_SOURCE_INFO`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceInfo {
+    /// The source.
+    pub source: ProfileSource,
+    /// Its name ("Timer" for ProfileTime).
+    pub name: &'static str,
+    /// Whether it can be sampled here, and why not.
+    pub support: Support,
+    /// Smallest interval in force now.
+    pub min_interval: u32,
+    /// Largest interval.
+    pub max_interval: u32,
+    /// The effective interval now (0 when not supported, as `NtQueryIntervalProfile`).
+    pub interval: u32,
+    /// What the interval counts.
+    pub unit: IntervalUnit,
+    /// Jitter of the period in percent (0: fixed).
+    pub jitter_percent: u32,
+    /// The perf event behind it, if Linux has one.
+    pub event: Option<PerfEventSpec>,
+}
+
+/// Every source: the built-in ones in value order, then the registered raw events.
+pub fn list_sources() -> Vec<SourceInfo> {
+    let registered = (0..registered_count()).map(|n| ProfileSource::Registered(n as u16));
+    ProfileSource::ALL
+        .iter()
+        .copied()
+        .chain(registered)
+        .map(|source| {
+            let support = source.support();
+            SourceInfo {
+                source,
+                name: source.name(),
+                support,
+                min_interval: source.min_interval(),
+                max_interval: source.limits().max,
+                interval: if support.is_supported() {
+                    effective_interval(source)
+                } else {
+                    0
+                },
+                unit: source.interval_unit(),
+                jitter_percent: jitter_percent(source),
+                event: source.perf_event(),
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,7 +578,27 @@ mod tests {
             "ProfileMaximum is a count, not a source"
         );
         assert_eq!(ProfileSource::Time.name(), "Timer");
-        assert!(ProfileSource::ALL.len() <= INTERVALS.len());
+        assert!(ProfileSource::ALL.len() + MAX_REGISTERED <= INTERVALS.len());
+    }
+
+    #[test]
+    fn registration() {
+        let a = register_raw_source(1, 2, 0, 0).unwrap(); // software page-faults, as a raw event
+        assert_eq!(
+            register_raw_source(1, 2, 0, 0).unwrap(),
+            a,
+            "same event, same source"
+        );
+        assert!(a.to_raw() >= REGISTERED_BASE);
+        assert_eq!(ProfileSource::from_raw(a.to_raw()), Some(a));
+        assert_eq!(a.perf_event().unwrap().config, 2);
+        assert!(a.support().is_supported());
+        assert_eq!(
+            a.limits().default,
+            1,
+            "a software raw event samples every event by default"
+        );
+        assert!(list_sources().iter().any(|i| i.source == a));
     }
 
     #[test]

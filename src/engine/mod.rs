@@ -53,6 +53,8 @@ struct Stream {
     fds: Vec<OwnedFd>,
     /// Started profiles on this stream.
     profiles: usize,
+    /// The consumer is jittering this stream's period.
+    jittered: bool,
 }
 
 struct ConsumerHandle {
@@ -148,18 +150,45 @@ pub(crate) fn set_interval(source: ProfileSource, interval: u32) -> u32 {
     let mut eng = lock();
     let effective = source::store_interval(source, interval);
     let period = source.period_for(effective);
-    for s in eng
-        .streams
-        .iter_mut()
-        .filter(|s| s.key.source == source && s.params.period != period)
-    {
-        for fd in &s.fds {
-            // A descriptor whose thread exited answers ESRCH or nothing; the others take the new period.
-            let _ = event::set_period(fd.as_fd(), period);
+    for si in 0..eng.streams.len() {
+        let s = &mut eng.streams[si];
+        if s.key.source != source || s.params.period == period {
+            continue;
         }
         s.params.period = period;
+        if s.jittered {
+            // The consumer owns the period of a jittered stream: it re-draws around the new base at once.
+            eng.send_jitter(si);
+        } else {
+            for fd in &s.fds {
+                // A descriptor whose thread exited answers ESRCH or nothing; the others take the new period.
+                let _ = event::set_period(fd.as_fd(), period);
+            }
+        }
     }
     effective
+}
+
+/// Jitter `source`'s sample period by up to ± `percent` % (0 turns it off): successive periods are drawn at
+/// random so that periodic workloads cannot alias with the sampler, and the mean sample rate stays the
+/// interval's. Applies at once to running profiles of the source.
+///
+/// # Errors
+/// `STATUS_INVALID_PARAMETER` for more than [`source::MAX_JITTER_PERCENT`]; `STATUS_NOT_SUPPORTED` for a
+/// source that cannot be sampled here.
+pub(crate) fn set_jitter(source: ProfileSource, percent: u32) -> Result<(), NtStatus> {
+    if percent > source::MAX_JITTER_PERCENT {
+        return Err(NtStatus::INVALID_PARAMETER);
+    }
+    source.support().status().ok()?;
+    let mut eng = lock();
+    source::store_jitter(source, percent);
+    for si in 0..eng.streams.len() {
+        if eng.streams[si].key.source == source {
+            eng.send_jitter(si);
+        }
+    }
+    Ok(())
 }
 
 /// The perf period streams of `source` use now (for tests and the listing).
@@ -172,6 +201,35 @@ pub fn stream_period(source: ProfileSource) -> Option<u64> {
 }
 
 impl Engine {
+    /// Tell the consumer how to jitter stream `si`'s period (every descriptor, the base period, the percent);
+    /// a percent of 0 turns jitter off and restores the base period.
+    fn send_jitter(&mut self, si: usize) {
+        let s = &self.streams[si];
+        let percent = source::jitter_percent(s.key.source);
+        if percent == 0 && !s.jittered {
+            return;
+        }
+        let fds = s.fds.iter().map(|f| f.as_raw_fd()).collect();
+        let (stream, base) = (s.id, s.params.period);
+        let time_based = s.key.source.interval_unit() == source::IntervalUnit::Time100ns;
+        let jitter = consumer::JitterSpec {
+            fds,
+            base,
+            percent,
+            time_based,
+        };
+        if self
+            .request(|ack| Msg::Jitter {
+                stream,
+                jitter,
+                ack,
+            })
+            .is_ok()
+        {
+            self.streams[si].jittered = percent != 0;
+        }
+    }
+
     /// In a forked child: the consumer thread does not exist here and the rings are not mapped. Forget the
     /// thread (never join or detach it), close this process's copies of the event descriptors, and forget
     /// every started profile. The rings' bookkeeping lived in the consumer's memory and is simply abandoned.
@@ -262,6 +320,8 @@ impl Engine {
                     sample_tid: false,
                     inherit_threads: true,
                     wakeup_watermark: RING_PAGES * crate::perf::ring::page_size() / 4,
+                    // Hardware events start at the most precise level and step down (`open_precise`).
+                    precise_ip: if source.is_hardware() { 3 } else { 0 },
                 };
                 let id = self.next_stream;
                 self.next_stream += 1;
@@ -272,6 +332,7 @@ impl Engine {
                     cpus: CpuSet::new(),
                     fds: Vec::new(),
                     profiles: 0,
+                    jittered: false,
                 });
                 self.streams.len() - 1
             }
@@ -281,8 +342,8 @@ impl Engine {
             CpuSet::from_cpus(cpus.iter().filter(|c| !self.streams[si].cpus.contains(*c)));
         let first_new = self.streams[si].fds.len();
         if !missing.is_empty() {
-            let s = &self.streams[si];
-            let opened = open_cpus(&s.params, &s.key.target, &missing, consumer_tid);
+            let s = &mut self.streams[si];
+            let opened = open_cpus(&mut s.params, &s.key.target, &missing, consumer_tid);
             let (fds, rings) = match opened {
                 Ok(v) => v,
                 Err(e) => {
@@ -303,6 +364,9 @@ impl Engine {
                 self.drop_stream_if_unused(si);
                 return Err(e);
             }
+        }
+        if !missing.is_empty() {
+            self.send_jitter(si);
         }
         if let Err(e) = self.request(|ack| Msg::Publish {
             stream: sid,
@@ -377,13 +441,13 @@ impl Engine {
 /// inheritance from their creator. Under a storm of thread creation that never settles, the last pass adds the
 /// newcomers one by one instead (each is then observed at least once).
 fn open_cpus(
-    params: &EventParams,
+    params: &mut EventParams,
     target: &Target,
     cpus: &CpuSet,
     skip_tid: i32,
 ) -> Result<(Vec<OwnedFd>, Vec<RingIn>), NtStatus> {
     for attempt in 0..RESCAN_LIMIT {
-        let mut pass = Pass::new(params, cpus);
+        let mut pass = Pass::new(&mut *params, cpus);
         let scan = target.threads()?;
         for &tid in scan.iter().filter(|t| **t != skip_tid) {
             pass.observe(tid)?;
@@ -405,7 +469,7 @@ fn open_cpus(
 
 /// One attempt at opening a stream's events on some CPUs.
 struct Pass<'a> {
-    params: &'a EventParams,
+    params: &'a mut EventParams,
     cpus: Vec<usize>,
     layout: SampleLayout,
     fds: Vec<OwnedFd>,
@@ -414,7 +478,7 @@ struct Pass<'a> {
 }
 
 impl<'a> Pass<'a> {
-    fn new(params: &'a EventParams, cpus: &CpuSet) -> Pass<'a> {
+    fn new(params: &'a mut EventParams, cpus: &CpuSet) -> Pass<'a> {
         let cpus: Vec<usize> = cpus.iter().collect();
         let owner = vec![None; cpus.len()];
         let layout = SampleLayout {
@@ -433,7 +497,12 @@ impl<'a> Pass<'a> {
     /// Open thread `tid`'s event on every CPU of the pass.
     fn observe(&mut self, tid: i32) -> Result<(), NtStatus> {
         for (ci, &cpu) in self.cpus.iter().enumerate() {
-            let fd = match event::open(self.params, tid, cpu) {
+            let opened = if self.fds.is_empty() {
+                event::open_precise(self.params, tid, cpu)
+            } else {
+                event::open(self.params, tid, cpu)
+            };
+            let fd = match opened {
                 Ok(fd) => fd,
                 Err(libc::ESRCH) => return Ok(()), // the thread exited meanwhile
                 Err(errno) => return Err(NtStatus::from_errno(errno)),

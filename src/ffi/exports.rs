@@ -283,6 +283,105 @@ pub extern "C" fn NtprofileQueryStatistics(
     })
 }
 
+/// Size of `NTPROFILE_SOURCE_INFO`.
+const SOURCE_INFO_SIZE: usize = 192;
+
+/// Encode one `NTPROFILE_SOURCE_INFO` record (layout documented in `include/ntprofile.h`).
+fn encode_source_info(info: &source::SourceInfo) -> [u8; SOURCE_INFO_SIZE] {
+    let mut rec = [0u8; SOURCE_INFO_SIZE];
+    let mut put32 = |off: usize, v: u32| rec[off..off + 4].copy_from_slice(&v.to_ne_bytes());
+    let errno = match info.support {
+        source::Support::OpenFailed(e) => e as u32,
+        _ => 0,
+    };
+    put32(0, info.source.to_raw());
+    put32(4, u32::from(info.support.is_supported()));
+    put32(8, errno);
+    put32(12, u32::from(info.unit == source::IntervalUnit::Events));
+    put32(16, info.min_interval);
+    put32(20, info.max_interval);
+    put32(24, info.interval);
+    put32(28, info.jitter_percent);
+    put32(32, info.event.map_or(u32::MAX, |e| e.type_));
+    let event = info.event.unwrap_or(source::PerfEventSpec {
+        type_: u32::MAX,
+        config: 0,
+        config1: 0,
+        config2: 0,
+        name: "",
+    });
+    for (off, v) in [(40, event.config), (48, event.config1), (56, event.config2)] {
+        rec[off..off + 8].copy_from_slice(&v.to_ne_bytes());
+    }
+    // NUL-terminated, truncated to 63 bytes.
+    for (off, text) in [(64, info.name), (128, event.name)] {
+        let bytes = text.as_bytes();
+        let n = bytes.len().min(63);
+        rec[off..off + n].copy_from_slice(&bytes[..n]);
+    }
+    rec
+}
+
+/// `NtprofileQuerySources` — the source listing: every source with its name, whether it is supported here
+/// (and the errno when not), its interval limits, unit, effective interval, jitter and perf event.
+/// `*TotalCount` receives the number of sources; when `BufferCount` is smaller, nothing else is written and the
+/// call returns `STATUS_BUFFER_TOO_SMALL`.
+#[unsafe(no_mangle)]
+pub extern "C" fn NtprofileQuerySources(
+    buffer: *mut c_void,
+    buffer_count: u32,
+    total_count: *mut u32,
+) -> i32 {
+    boundary(|| {
+        let list = source::list_sources();
+        probe::probe_write(total_count as usize, 4)?;
+        probe::write_bytes(total_count as usize, &(list.len() as u32).to_ne_bytes())?;
+        if (buffer_count as usize) < list.len() {
+            return Err(NtStatus::BUFFER_TOO_SMALL);
+        }
+        if buffer as usize % 4 != 0 {
+            return Err(NtStatus::DATATYPE_MISALIGNMENT);
+        }
+        if !probe::is_writable(buffer as usize, list.len() * SOURCE_INFO_SIZE) {
+            return Err(NtStatus::ACCESS_VIOLATION);
+        }
+        for (i, info) in list.iter().enumerate() {
+            probe::write_bytes(
+                buffer as usize + i * SOURCE_INFO_SIZE,
+                &encode_source_info(info),
+            )?;
+        }
+        Ok(())
+    })
+}
+
+/// `NtprofileRegisterSource` — register a raw perf event (`perf_event_attr` type, config, config1, config2) as
+/// a new profile source; its `KPROFILE_SOURCE` value is written to `*Source` (the same value for the same event).
+#[unsafe(no_mangle)]
+pub extern "C" fn NtprofileRegisterSource(
+    perf_type: u32,
+    config: u64,
+    config1: u64,
+    config2: u64,
+    source_out: *mut u32,
+) -> i32 {
+    boundary(|| {
+        probe::probe_write(source_out as usize, 4)?;
+        let s = source::register_raw_source(perf_type, config, config1, config2)?;
+        probe::write_bytes(source_out as usize, &s.to_raw().to_ne_bytes())
+    })
+}
+
+/// `NtprofileSetSourceJitter` — jitter a source's sample period by up to ± `Percent` % (0: fixed period).
+/// `STATUS_INVALID_PARAMETER` above 90, `STATUS_NOT_SUPPORTED` for a source not supported here.
+#[unsafe(no_mangle)]
+pub extern "C" fn NtprofileSetSourceJitter(profile_source: u32, percent: u32) -> i32 {
+    boundary(|| {
+        let s = ProfileSource::from_raw(profile_source).ok_or(NtStatus::NOT_SUPPORTED)?;
+        engine::set_jitter(s, percent)
+    })
+}
+
 macro_rules! zw_aliases {
     ($($zw:ident => $nt:ident ( $($arg:ident : $ty:ty),* );)*) => {$(
         #[doc = concat!("`", stringify!($zw), "`: the same as [`", stringify!($nt), "`].")]

@@ -48,6 +48,8 @@ pub struct EventParams {
     pub inherit_threads: bool,
     /// Wake-up watermark in bytes.
     pub wakeup_watermark: usize,
+    /// `precise_ip` (0 = arbitrary skid … 3 = zero skid required); see [`open_precise`].
+    pub precise_ip: u8,
 }
 
 /// Open one sampling event, disabled, for thread `tid` (or `-1`: every task) on CPU `cpu`.
@@ -75,12 +77,30 @@ pub fn open(params: &EventParams, tid: i32, cpu: usize) -> Result<OwnedFd, i32> 
         .inherit_thread(params.inherit_threads)
         .wakeup_watermark(params.wakeup_watermark)
         .enabled(false);
+    builder
+        .attrs_mut()
+        .set_precise_ip(u64::from(params.precise_ip.min(3)));
     let counter = builder
         .build()
         .map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))?;
     let raw = counter.into_raw_fd();
     // SAFETY: `into_raw_fd` hands us sole ownership of a valid, open descriptor.
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Open the first event of a hardware stream with the most precise `precise_ip` the PMU accepts: try 3, 2, 1,
+/// then 0, stepping down on EINVAL/EOPNOTSUPP, and record the level that worked in `params` for the stream's
+/// other events. Software events always use 0.
+///
+/// # Errors
+/// The errno of the last `perf_event_open(2)` tried.
+pub fn open_precise(params: &mut EventParams, tid: i32, cpu: usize) -> Result<OwnedFd, i32> {
+    loop {
+        match open(params, tid, cpu) {
+            Err(libc::EINVAL | libc::EOPNOTSUPP) if params.precise_ip > 0 => params.precise_ip -= 1,
+            other => return other,
+        }
+    }
 }
 
 /// Probe whether `spec` can be sampled here: open a sampling event on the calling thread (any CPU), disabled,
@@ -132,6 +152,15 @@ pub fn set_period(fd: BorrowedFd<'_>, period: u64) -> Result<(), i32> {
     // SAFETY: the kernel reads one u64 through the pointer during the call; `value` outlives it.
     let rc = unsafe { libc::ioctl(fd.as_raw_fd(), IOC_PERIOD, &value as *const u64) };
     if rc < 0 { Err(last_errno()) } else { Ok(()) }
+}
+
+/// `PERF_EVENT_IOC_PERIOD` on a raw descriptor the caller keeps open for the duration of the call (the
+/// consumer's jitter: the API side closes a stream's descriptors only after the consumer acknowledged the
+/// stream's removal).
+pub fn set_period_raw(fd: std::os::fd::RawFd, period: u64) -> Result<(), i32> {
+    // SAFETY: the caller guarantees `fd` stays open across the call (see above).
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+    set_period(fd, period)
 }
 
 /// The calling thread's errno.
