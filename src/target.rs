@@ -1,31 +1,125 @@
 //! Who is profiled: the current process (every thread, later threads included), and the thread enumeration
 //! the engine re-scans until stable.
 
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+
+use crate::source::ProfileSource;
 use crate::status::NtStatus;
 
+/// Another process, named by a pidfd (so that a recycled pid never reaches a different process).
+#[derive(Debug)]
+pub struct ProcessRef {
+    pid: i32,
+    pidfd: OwnedFd,
+}
+
+impl ProcessRef {
+    /// `NtOpenProcess` for Linux pid `pid`: open a pidfd and check that the caller may profile the process (the
+    /// kernel's own check: a disabled timer event is opened on it and closed).
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_CID` when no such process exists, `STATUS_ACCESS_DENIED` when the caller may not
+    /// profile it, `STATUS_INSUFFICIENT_RESOURCES` when no descriptor is left.
+    pub fn open(pid: i32) -> Result<ProcessRef, NtStatus> {
+        if pid <= 0 {
+            return Err(NtStatus::INVALID_CID);
+        }
+        let pidfd = crate::perf::sys::pidfd_open(pid).map_err(|errno| match errno {
+            libc::ESRCH | libc::EINVAL => NtStatus::INVALID_CID,
+            other => NtStatus::from_errno(other),
+        })?;
+        let process = ProcessRef { pid, pidfd };
+        process.check_access()?;
+        Ok(process)
+    }
+
+    /// The Linux pid.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// True once the process has exited (its pidfd polls readable).
+    pub fn has_exited(&self) -> bool {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let mut fds = [PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN)];
+        matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+    }
+
+    /// May the caller profile this process now? (`STATUS_ACCESS_DENIED` if not.)
+    pub fn check_access(&self) -> Result<(), NtStatus> {
+        let time = ProfileSource::Time;
+        let spec = time.perf_event().ok_or(NtStatus::INTERNAL_ERROR)?;
+        match crate::perf::event::probe_pid(&spec, time.period_for(time.limits().default), self.pid)
+        {
+            Ok(()) => Ok(()),
+            Err(libc::EACCES | libc::EPERM) => Err(NtStatus::ACCESS_DENIED),
+            Err(libc::ESRCH) if self.has_exited() => Ok(()), // exited: the handle stays valid
+            Err(errno) => Err(NtStatus::from_errno(errno)),
+        }
+    }
+}
+
 /// The process a profile observes.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug)]
 pub enum Target {
     /// `NtCurrentProcess()`: every thread of the calling process, those created later included (the library's
     /// own consumer thread excluded).
     CurrentProcess,
+    /// Another process (a handle from `NtOpenProcess`): every thread, those created later included.
+    Process(Arc<ProcessRef>),
+    /// `Process = NULL`: every process, through per-CPU events.
+    Global,
+}
+
+impl PartialEq for Target {
+    fn eq(&self, other: &Target) -> bool {
+        match (self, other) {
+            (Target::CurrentProcess, Target::CurrentProcess) | (Target::Global, Target::Global) => {
+                true
+            }
+            (Target::Process(a), Target::Process(b)) => a.pid == b.pid,
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Target {}
+
+impl std::hash::Hash for Target {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::mem::discriminant(self).hash(state);
+        if let Target::Process(p) = self {
+            p.pid.hash(state);
+        }
+    }
 }
 
 impl Target {
-    /// The Linux pid behind the target.
+    /// The Linux pid behind the target (-1 for global).
     pub fn pid(&self) -> i32 {
         match self {
             Target::CurrentProcess => std::process::id() as i32,
+            Target::Process(p) => p.pid,
+            Target::Global => -1,
         }
     }
 
-    /// The ids of the target's threads now.
+    /// True for a per-CPU target (every process).
+    pub fn is_global(&self) -> bool {
+        matches!(self, Target::Global)
+    }
+
+    /// The ids of the target's threads now (`[-1]` for global: one event per CPU for every task).
     ///
     /// # Errors
     /// `STATUS_INVALID_HANDLE` when the process is gone.
     pub fn threads(&self) -> Result<Vec<i32>, NtStatus> {
         let dir = match self {
             Target::CurrentProcess => "/proc/self/task".to_string(),
+            Target::Process(p) if p.has_exited() => return Ok(Vec::new()),
+            Target::Process(p) => format!("/proc/{}/task", p.pid),
+            Target::Global => return Ok(vec![-1]),
         };
         let entries = std::fs::read_dir(dir).map_err(|_| NtStatus::INVALID_HANDLE)?;
         let mut tids: Vec<i32> = entries

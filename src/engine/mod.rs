@@ -318,7 +318,8 @@ impl Engine {
                     period: source.period_for(source::effective_interval(source)),
                     exclude_kernel: !key.kernel,
                     sample_tid: false,
-                    inherit_threads: true,
+                    // Per-thread events follow the threads created later; per-CPU (global) ones see every task.
+                    inherit_threads: !key.target.is_global(),
                     wakeup_watermark: RING_PAGES * crate::perf::ring::page_size() / 4,
                     // Hardware events start at the most precise level and step down (`open_precise`).
                     precise_ip: if source.is_hardware() { 3 } else { 0 },
@@ -447,7 +448,7 @@ fn open_cpus(
     skip_tid: i32,
 ) -> Result<(Vec<OwnedFd>, Vec<RingIn>), NtStatus> {
     for attempt in 0..RESCAN_LIMIT {
-        let mut pass = Pass::new(&mut *params, cpus);
+        let mut pass = Pass::new(&mut *params, cpus, target);
         let scan = target.threads()?;
         for &tid in scan.iter().filter(|t| **t != skip_tid) {
             pass.observe(tid)?;
@@ -475,10 +476,14 @@ struct Pass<'a> {
     fds: Vec<OwnedFd>,
     rings: Vec<RingIn>,
     owner: Vec<Option<usize>>,
+    /// EACCES/EPERM mean "may not profile that process" for another process, a missing privilege otherwise.
+    other_process: bool,
+    /// The soft descriptor limit was already raised once by this pass.
+    raised_nofile: bool,
 }
 
 impl<'a> Pass<'a> {
-    fn new(params: &'a mut EventParams, cpus: &CpuSet) -> Pass<'a> {
+    fn new(params: &'a mut EventParams, cpus: &CpuSet, target: &Target) -> Pass<'a> {
         let cpus: Vec<usize> = cpus.iter().collect();
         let owner = vec![None; cpus.len()];
         let layout = SampleLayout {
@@ -491,21 +496,31 @@ impl<'a> Pass<'a> {
             fds: Vec::new(),
             rings: Vec::new(),
             owner,
+            other_process: matches!(target, Target::Process(_)),
+            raised_nofile: false,
         }
     }
 
     /// Open thread `tid`'s event on every CPU of the pass.
     fn observe(&mut self, tid: i32) -> Result<(), NtStatus> {
         for (ci, &cpu) in self.cpus.iter().enumerate() {
-            let opened = if self.fds.is_empty() {
-                event::open_precise(self.params, tid, cpu)
-            } else {
-                event::open(self.params, tid, cpu)
-            };
-            let fd = match opened {
-                Ok(fd) => fd,
-                Err(libc::ESRCH) => return Ok(()), // the thread exited meanwhile
-                Err(errno) => return Err(NtStatus::from_errno(errno)),
+            let fd = loop {
+                let opened = if self.fds.is_empty() {
+                    event::open_precise(self.params, tid, cpu)
+                } else {
+                    event::open(self.params, tid, cpu)
+                };
+                match opened {
+                    Ok(fd) => break fd,
+                    Err(libc::ESRCH) => return Ok(()), // the thread exited meanwhile
+                    Err(libc::EMFILE) if !self.raised_nofile && raise_nofile_limit() => {
+                        self.raised_nofile = true; // and try this CPU again
+                    }
+                    Err(libc::EACCES | libc::EPERM) if self.other_process => {
+                        return Err(NtStatus::ACCESS_DENIED);
+                    }
+                    Err(errno) => return Err(NtStatus::from_errno(errno)),
+                }
             };
             match self.owner[ci] {
                 None => {
@@ -534,6 +549,22 @@ impl<'a> Pass<'a> {
         }
         Ok((self.fds, self.rings))
     }
+}
+
+/// Raise the soft `RLIMIT_NOFILE` toward the hard limit (doubling, at least +1024). True if it went up.
+fn raise_nofile_limit() -> bool {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return false;
+    };
+    if soft >= hard {
+        return false;
+    }
+    let want = soft
+        .saturating_mul(2)
+        .max(soft.saturating_add(1024))
+        .min(hard);
+    setrlimit(Resource::RLIMIT_NOFILE, want, hard).is_ok()
 }
 
 /// Map a ring within the locked-memory budget: halve the size on EPERM/ENOMEM down to one page, then fail with

@@ -99,11 +99,14 @@ fn create(
             if !has_system_profile_privilege() {
                 return Err(NtStatus::PRIVILEGE_NOT_HELD);
             }
-            // Global profiles (every process) are not implemented yet.
-            return Err(NtStatus::NOT_SUPPORTED);
+            Target::Global
         }
         other => match table.get(other)? {
             Object::Profile(_) => return Err(NtStatus::OBJECT_TYPE_MISMATCH),
+            Object::Process(p) => {
+                p.check_access()?;
+                Target::Process(p.clone())
+            }
         },
     };
     check_kernel_privilege(&layout)?;
@@ -188,7 +191,45 @@ fn with_profile(
     let table = table();
     match table.get(handle as usize)? {
         Object::Profile(core) => f(core),
+        Object::Process(_) => Err(NtStatus::OBJECT_TYPE_MISMATCH),
     }
+}
+
+/// Size of `CLIENT_ID` (two `HANDLE`s).
+const CLIENT_ID_SIZE: usize = 16;
+
+/// `NtOpenProcess` — open a process by id for profiling: `ClientId->UniqueProcess` is a Linux pid. The handle
+/// is backed by a pidfd; `NtClose` closes it. `ObjectAttributes` is accepted and not interpreted.
+///
+/// Statuses: `STATUS_ACCESS_VIOLATION` (unwritable handle pointer, unreadable client id),
+/// `STATUS_INVALID_PARAMETER` (no client id), `STATUS_INVALID_CID` (no such process), `STATUS_ACCESS_DENIED`
+/// (the caller may not profile it).
+#[unsafe(no_mangle)]
+pub extern "C" fn NtOpenProcess(
+    process_handle: *mut Handle,
+    _desired_access: u32,
+    _object_attributes: *mut c_void,
+    client_id: *mut c_void,
+) -> i32 {
+    boundary(|| {
+        probe::probe_write(process_handle as usize, std::mem::size_of::<usize>())?;
+        if client_id.is_null() {
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
+        let mut raw = [0u8; CLIENT_ID_SIZE];
+        probe::read_bytes(client_id as usize, &mut raw)?;
+        let unique_process =
+            u64::from_ne_bytes(raw[0..8].try_into().map_err(|_| NtStatus::INTERNAL_ERROR)?);
+        let pid = i32::try_from(unique_process).map_err(|_| NtStatus::INVALID_CID)?;
+        let process = crate::target::ProcessRef::open(pid)?;
+        let mut table = table();
+        let handle = table.insert(Object::Process(Arc::new(process)))?;
+        if let Err(status) = probe::write_bytes(process_handle as usize, &handle.to_ne_bytes()) {
+            let _ = table.remove(handle);
+            return Err(status);
+        }
+        Ok(())
+    })
 }
 
 /// `NtStartProfile` — start sampling.
@@ -227,6 +268,8 @@ pub extern "C" fn NtClose(handle: Handle) -> i32 {
                     let _ = engine::stop(&core);
                 }
             }
+            // The pidfd closes with the last reference (a started profile's stream may still hold one).
+            Object::Process(_) => {}
         }
         Ok(())
     })
@@ -400,6 +443,8 @@ zw_aliases! {
         profile_base: *mut c_void, profile_size: usize, bucket_size: u32, buffer: *mut u32, buffer_size: u32,
         profile_source: u32, group_count: u16, group_affinity: *mut c_void);
     ZwStartProfile => NtStartProfile(profile_handle: Handle);
+    ZwOpenProcess => NtOpenProcess(process_handle: *mut Handle, desired_access: u32,
+        object_attributes: *mut c_void, client_id: *mut c_void);
     ZwStopProfile => NtStopProfile(profile_handle: Handle);
     ZwClose => NtClose(handle: Handle);
     ZwSetIntervalProfile => NtSetIntervalProfile(interval: u32, source: u32);

@@ -12,6 +12,8 @@ use crate::status::NtStatus;
 pub(crate) enum Object {
     /// A profile object.
     Profile(Arc<ProfileCore>),
+    /// A process object from `NtOpenProcess`.
+    Process(Arc<crate::target::ProcessRef>),
 }
 
 struct Slot {

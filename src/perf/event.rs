@@ -109,9 +109,22 @@ pub fn open_precise(params: &mut EventParams, tid: i32, cpu: usize) -> Result<Ow
 /// # Errors
 /// The errno of `perf_event_open(2)`.
 pub fn probe(spec: &PerfEventSpec, period: u64) -> Result<(), i32> {
+    probe_pid(spec, period, 0)
+}
+
+/// Probe whether the caller may sample process (or thread) `pid` with `spec`: the kernel's own permission check
+/// (`ptrace` read access and `perf_event_paranoid`), by opening a disabled event and closing it.
+///
+/// # Errors
+/// The errno of `perf_event_open(2)`: ESRCH (no such process), EACCES/EPERM (not allowed).
+pub fn probe_pid(spec: &PerfEventSpec, period: u64, pid: i32) -> Result<(), i32> {
     let mut builder = Builder::new(SpecEvent(*spec));
+    if pid == 0 {
+        builder.observe_self();
+    } else {
+        builder.observe_pid(pid);
+    }
     builder
-        .observe_self()
         .any_cpu()
         .sample_period(period)
         .sample(SampleFlag::IP)

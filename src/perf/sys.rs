@@ -127,3 +127,14 @@ pub fn register_atfork(
     let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
     if rc != 0 { Err(rc) } else { Ok(()) }
 }
+
+/// `pidfd_open(2)`: a descriptor that names process `pid` for as long as it is open (no pid reuse).
+pub fn pidfd_open(pid: i32) -> Result<OwnedFd, i32> {
+    // SAFETY: a plain system call with integer arguments; a valid result is a fresh descriptor we own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(last_errno());
+    }
+    // SAFETY: `fd` is a fresh descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
