@@ -26,6 +26,8 @@ pub type Handle = *mut c_void;
 
 /// `NtCurrentProcess()`.
 const CURRENT_PROCESS: usize = usize::MAX;
+/// `NtCurrentThread()`.
+const CURRENT_THREAD: usize = usize::MAX - 1;
 
 /// Run `f` behind the panic boundary.
 fn boundary(f: impl FnOnce() -> Result<(), NtStatus>) -> i32 {
@@ -95,6 +97,7 @@ fn create(
     let mut table = table();
     let target = match process {
         CURRENT_PROCESS => Target::CurrentProcess,
+        CURRENT_THREAD => return Err(NtStatus::OBJECT_TYPE_MISMATCH),
         0 => {
             if !has_system_profile_privilege() {
                 return Err(NtStatus::PRIVILEGE_NOT_HELD);
@@ -188,6 +191,10 @@ fn with_profile(
     handle: Handle,
     f: impl FnOnce(&Arc<ProfileCore>) -> Result<(), NtStatus>,
 ) -> Result<(), NtStatus> {
+    // The pseudo-handles name the current process and thread: objects of another type.
+    if matches!(handle as usize, CURRENT_PROCESS | CURRENT_THREAD) {
+        return Err(NtStatus::OBJECT_TYPE_MISMATCH);
+    }
     let table = table();
     match table.get(handle as usize)? {
         Object::Profile(core) => f(core),
@@ -257,10 +264,14 @@ pub extern "C" fn NtStopProfile(profile_handle: Handle) -> i32 {
     boundary(|| with_profile(profile_handle, |core| engine::stop(core)))
 }
 
-/// `NtClose` — close a handle; a started profile is stopped first.
+/// `NtClose` — close a handle; a started profile is stopped first. Closing a pseudo-handle
+/// (`NtCurrentProcess()`, `NtCurrentThread()`) does nothing and succeeds, as in Windows.
 #[unsafe(no_mangle)]
 pub extern "C" fn NtClose(handle: Handle) -> i32 {
     boundary(|| {
+        if matches!(handle as usize, CURRENT_PROCESS | CURRENT_THREAD) {
+            return Ok(());
+        }
         let mut table = table();
         match table.remove(handle as usize)? {
             Object::Profile(core) => {
