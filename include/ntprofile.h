@@ -1,0 +1,379 @@
+/*
+ * ntprofile.h -- the Windows NT profiling API on Linux (perf_event), for C and C++.
+ *
+ * Link with -lntprofile. A program written for Windows calls these functions exactly as it does there:
+ * same names, same argument order, same Windows type widths (on LP64 Linux a ULONG is 32 bits, not a C long),
+ * same NTSTATUS values. The exports use the ordinary SysV C calling convention, so NTAPI is empty.
+ *
+ * Exported calls: NtCreateProfile, NtCreateProfileEx, NtOpenProcess, NtStartProfile, NtStopProfile,
+ * NtSetIntervalProfile, NtQueryIntervalProfile, NtClose, each with its Zw alias; and the extensions
+ * NtprofileQueryStatistics, NtprofileQuerySources, NtprofileRegisterSource and NtprofileSetSourceJitter.
+ *
+ * Deliberate divergences from Windows (Linux forces them; see the project's spec/linux-mapping.md, section 3):
+ *
+ *  1. Global profiles (Process == NULL) always need the system-profile privilege, whatever ProfileBase is. On
+ *     Linux that privilege is CAP_PERFMON, CAP_SYS_ADMIN or kernel.perf_event_paranoid <= 0; without it the
+ *     call fails with STATUS_PRIVILEGE_NOT_HELD.
+ *  2. A range reaching kernel addresses needs CAP_PERFMON, CAP_SYS_ADMIN or perf_event_paranoid <= 1, else
+ *     STATUS_PRIVILEGE_NOT_HELD. A user-address range never sees samples taken in the kernel (the counts are
+ *     the same as on Windows, where such samples fall outside the range).
+ *  3. NtSetIntervalProfile needs no privilege: the interval table belongs to the calling process, not to the
+ *     machine.
+ *  4. ProfileTime's limits are Linux's: the cpu-clock event cannot fire faster than every 10 us, and the kernel
+ *     throttles above kernel.perf_event_max_sample_rate; the minimum interval follows from both, read at run
+ *     time. NtQueryIntervalProfile always reports the effective (clamped) value.
+ *  5. Counts land asynchronously, a little after the sample. NtStopProfile disables the events, drains every
+ *     ring and only then returns: once it has returned, every sample taken before the stop is counted and
+ *     nothing more is written to the buffer.
+ *  6. The buffer-size check is exact: ceil(ProfileSize / 2^BucketSize) counters must fit in BufferSize / 4.
+ *     Windows computes the count in 32 bits and lets some huge ranges through with a small buffer; here they
+ *     get STATUS_BUFFER_TOO_SMALL.
+ *  7. The buffer cannot be locked against free(): a C caller MUST keep the Buffer memory allocated, mapped and
+ *     writable until NtStopProfile or NtClose of the profile has returned (no free(), munmap() or leaving the
+ *     scope of a local array before that). The library's consumer thread writes the counters asynchronously;
+ *     freeing the buffer earlier lets it write into freed memory.
+ *
+ * Process handles: NtCurrentProcess() names the caller; NtOpenProcess opens another process by Linux pid. NULL
+ * means every process (see 1 above).
+ *
+ * Sources: the KPROFILE_SOURCE values of Windows keep their numbers; a source is supported when its perf event
+ * opens on this machine (without a hardware PMU only ProfileTime, ProfileAlignmentFixup and the Linux software
+ * sources above 0xFFFF are). Unsupported sources fail creation with STATUS_NOT_SUPPORTED and query as 0.
+ */
+#ifndef NTPROFILE_H
+#define NTPROFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Calling-convention and linkage markers (empty: the exports use the platform's C ABI).
+ */
+#ifndef NTAPI
+#define NTAPI
+#endif
+#ifndef NTSYSCALLAPI
+#define NTSYSCALLAPI
+#endif
+#ifndef NTSYSAPI
+#define NTSYSAPI
+#endif
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Windows base types, with Windows widths.
+ */
+typedef void *PVOID;
+typedef unsigned char UCHAR, *PUCHAR;
+typedef UCHAR BOOLEAN, *PBOOLEAN;
+typedef uint16_t USHORT, *PUSHORT;
+typedef uint16_t WCHAR, *PWCH, *PWSTR;
+typedef int32_t LONG, *PLONG;
+typedef uint32_t ULONG, *PULONG;
+typedef int64_t LONGLONG, *PLONGLONG;
+typedef uint64_t ULONGLONG, *PULONGLONG;
+typedef intptr_t LONG_PTR, *PLONG_PTR;
+typedef uintptr_t ULONG_PTR, *PULONG_PTR;
+typedef size_t SIZE_T, *PSIZE_T;
+typedef ULONG_PTR KAFFINITY, *PKAFFINITY;
+typedef PVOID HANDLE, *PHANDLE;
+typedef LONG NTSTATUS, *PNTSTATUS;
+typedef ULONG ACCESS_MASK, *PACCESS_MASK;
+
+#ifndef TRUE
+#define TRUE 1
+#endif
+#ifndef FALSE
+#define FALSE 0
+#endif
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Status values and helpers.
+ */
+#define NT_SUCCESS(Status) (((NTSTATUS)(Status)) >= 0)
+
+#define STATUS_SUCCESS                 ((NTSTATUS)0x00000000L)
+#define STATUS_DATATYPE_MISALIGNMENT   ((NTSTATUS)0x80000002L)
+#define STATUS_BUFFER_OVERFLOW         ((NTSTATUS)0x80000005L)
+#define STATUS_ACCESS_VIOLATION        ((NTSTATUS)0xC0000005L)
+#define STATUS_INVALID_HANDLE          ((NTSTATUS)0xC0000008L)
+#define STATUS_INVALID_CID             ((NTSTATUS)0xC000000BL)
+#define STATUS_INVALID_PARAMETER       ((NTSTATUS)0xC000000DL)
+#define STATUS_ACCESS_DENIED           ((NTSTATUS)0xC0000022L)
+#define STATUS_BUFFER_TOO_SMALL        ((NTSTATUS)0xC0000023L)
+#define STATUS_OBJECT_TYPE_MISMATCH    ((NTSTATUS)0xC0000024L)
+#define STATUS_PRIVILEGE_NOT_HELD      ((NTSTATUS)0xC0000061L)
+#define STATUS_INSUFFICIENT_RESOURCES  ((NTSTATUS)0xC000009AL)
+#define STATUS_PROFILING_NOT_STARTED   ((NTSTATUS)0xC00000B7L)
+#define STATUS_PROFILING_NOT_STOPPED   ((NTSTATUS)0xC00000B8L)
+#define STATUS_NOT_SUPPORTED           ((NTSTATUS)0xC00000BBL)
+#define STATUS_PROFILING_AT_LIMIT      ((NTSTATUS)0xC00000D3L)
+#define STATUS_INTERNAL_ERROR          ((NTSTATUS)0xC00000E5L)
+#define STATUS_INVALID_PARAMETER_7     ((NTSTATUS)0xC00000F5L)
+
+/* The pseudo-handles of the calling process and thread (closing one is a no-op that succeeds). */
+#define NtCurrentProcess() ((HANDLE)(LONG_PTR)-1)
+#define ZwCurrentProcess() NtCurrentProcess()
+#define NtCurrentThread() ((HANDLE)(LONG_PTR)-2)
+#define ZwCurrentThread() NtCurrentThread()
+
+/* Access rights. */
+#define PROFILE_CONTROL           0x0001
+#define PROCESS_QUERY_INFORMATION 0x0400
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Structures.
+ */
+
+/* One processor group's mask: processors 64*Group .. 64*Group+63 (Linux CPU numbers). Reserved must be 0. */
+typedef struct _GROUP_AFFINITY {
+    KAFFINITY Mask;
+    USHORT Group;
+    USHORT Reserved[3];
+} GROUP_AFFINITY, *PGROUP_AFFINITY;
+
+typedef struct _CLIENT_ID {
+    HANDLE UniqueProcess;
+    HANDLE UniqueThread;
+} CLIENT_ID, *PCLIENT_ID;
+
+typedef struct _UNICODE_STRING {
+    USHORT Length;
+    USHORT MaximumLength;
+    PWCH Buffer;
+} UNICODE_STRING, *PUNICODE_STRING;
+
+typedef struct _OBJECT_ATTRIBUTES {
+    ULONG Length;
+    HANDLE RootDirectory;
+    PUNICODE_STRING ObjectName;
+    ULONG Attributes;
+    PVOID SecurityDescriptor;
+    PVOID SecurityQualityOfService;
+} OBJECT_ATTRIBUTES, *POBJECT_ATTRIBUTES;
+
+/* Fill an OBJECT_ATTRIBUTES: InitializeObjectAttributes(&attrs, Name, Attributes, Root, SecurityDescriptor). */
+#define InitializeObjectAttributes(p, n, a, r, s)                                                                 \
+    do {                                                                                                          \
+        (p)->Length = (ULONG)sizeof(OBJECT_ATTRIBUTES);                                                           \
+        (p)->RootDirectory = (r);                                                                                 \
+        (p)->ObjectName = (n);                                                                                    \
+        (p)->Attributes = (ULONG)(a);                                                                             \
+        (p)->SecurityDescriptor = (s);                                                                            \
+        (p)->SecurityQualityOfService = NULL;                                                                     \
+    } while (0)
+
+/* What makes a sample. The values are Windows' (0x00-0x18), the Intel HAL's (0x19-0x1F) and ntprofile's Linux
+ * software events (0x10000 and up). ProfileMaximum is a count, not a source. */
+typedef enum _KPROFILE_SOURCE {
+    ProfileTime = 0x00,
+    ProfileAlignmentFixup = 0x01,
+    ProfileTotalIssues = 0x02,
+    ProfilePipelineDry = 0x03,
+    ProfileLoadInstructions = 0x04,
+    ProfilePipelineFrozen = 0x05,
+    ProfileBranchInstructions = 0x06,
+    ProfileTotalNonissues = 0x07,
+    ProfileDcacheMisses = 0x08,
+    ProfileIcacheMisses = 0x09,
+    ProfileCacheMisses = 0x0A,
+    ProfileBranchMispredictions = 0x0B,
+    ProfileStoreInstructions = 0x0C,
+    ProfileFpInstructions = 0x0D,
+    ProfileIntegerInstructions = 0x0E,
+    Profile2Issue = 0x0F,
+    Profile3Issue = 0x10,
+    Profile4Issue = 0x11,
+    ProfileSpecialInstructions = 0x12,
+    ProfileTotalCycles = 0x13,
+    ProfileIcacheIssues = 0x14,
+    ProfileDcacheAccesses = 0x15,
+    ProfileMemoryBarrierCycles = 0x16,
+    ProfileLoadLinkedIssues = 0x17,
+    ProfileMaximum = 0x18,
+
+    /* Intel HAL sources. */
+    ProfileUnhaltedCoreCycles = 0x19,
+    ProfileInstructionRetired = 0x1A,
+    ProfileUnhaltedReferenceCycles = 0x1B,
+    ProfileLLCReference = 0x1C,
+    ProfileLLCMisses = 0x1D,
+    ProfileBranchInstructionRetired = 0x1E,
+    ProfileBranchMispredictsRetired = 0x1F,
+
+    /* Linux software events (ntprofile extension). ProfileLinuxTaskClock's interval is in 100 ns units, the
+     * others' in events between samples. */
+    ProfileLinuxTaskClock = 0x10000,
+    ProfileLinuxPageFaults = 0x10001,
+    ProfileLinuxMinorFaults = 0x10002,
+    ProfileLinuxMajorFaults = 0x10003,
+    ProfileLinuxContextSwitches = 0x10004,
+    ProfileLinuxCpuMigrations = 0x10005,
+    ProfileLinuxAlignmentFaults = 0x10006,
+
+    /* Raw perf events registered at run time with NtprofileRegisterSource get values in this range. */
+    ProfileLinuxRegisteredFirst = 0x20000,
+    ProfileLinuxRegisteredLast = 0x2003F
+} KPROFILE_SOURCE, *PKPROFILE_SOURCE;
+
+/* What a profile counted (ntprofile extension, see NtprofileQueryStatistics). */
+typedef struct _NTPROFILE_STATISTICS {
+    ULONGLONG SamplesCounted; /* samples in the range: each incremented one counter */
+    ULONGLONG SamplesOutside; /* samples of the profile's source, process and processors outside the range */
+    ULONGLONG SamplesLost;    /* samples the kernel dropped because a ring was full */
+    ULONGLONG ThrottleEvents; /* times the kernel throttled the event */
+} NTPROFILE_STATISTICS, *PNTPROFILE_STATISTICS;
+
+/* One source of the listing NtprofileQuerySources returns (ntprofile extension), in the spirit of Windows'
+ * PROFILE_SOURCE_INFO. 192 bytes. */
+typedef struct _NTPROFILE_SOURCE_INFO {
+    KPROFILE_SOURCE Source;     /* the value to pass to NtCreateProfile */
+    ULONG Supported;            /* 1 when the source can be sampled on this machine, else 0 */
+    ULONG OpenErrno;            /* when not supported: the errno perf_event_open(2) gave (0: no perf event) */
+    ULONG IntervalIsEventCount; /* 0: intervals in 100 ns units; 1: events between samples */
+    ULONG MinimumInterval;      /* smallest interval in force now */
+    ULONG MaximumInterval;      /* largest interval */
+    ULONG Interval;             /* the effective interval now (0 when not supported) */
+    ULONG JitterPercent;        /* period jitter in percent (0: fixed period), see NtprofileSetSourceJitter */
+    ULONG PerfType;             /* perf_event_attr.type, 0xFFFFFFFF when Linux has no perf event for it */
+    ULONG Reserved;
+    ULONGLONG PerfConfig;       /* perf_event_attr.config */
+    ULONGLONG PerfConfig1;      /* perf_event_attr.config1 */
+    ULONGLONG PerfConfig2;      /* perf_event_attr.config2 */
+    char Name[64];              /* NUL-terminated: "Timer", "TotalCycles", "task-clock", ... */
+    char PerfEventName[64];     /* NUL-terminated perf event name ("cpu-clock", ...), empty when none */
+} NTPROFILE_SOURCE_INFO, *PNTPROFILE_SOURCE_INFO;
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Layout checks: the library reads and writes these exact widths.
+ */
+#if defined(__cplusplus) && __cplusplus >= 201103L
+#define NTPROFILE_STATIC_ASSERT(cond, name) static_assert(cond, #name)
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+#define NTPROFILE_STATIC_ASSERT(cond, name) _Static_assert(cond, #name)
+#else
+/* C99 / C++98: a file-scope array typedef whose size is negative when the condition is false. */
+#define NTPROFILE_STATIC_ASSERT(cond, name) typedef char ntprofile_static_assert_##name[(cond) ? 1 : -1]
+#endif
+
+NTPROFILE_STATIC_ASSERT(sizeof(NTSTATUS) == 4, ntstatus_is_32_bits);
+NTPROFILE_STATIC_ASSERT(sizeof(LONG) == 4, long_is_32_bits);
+NTPROFILE_STATIC_ASSERT(sizeof(ULONG) == 4, ulong_is_32_bits);
+NTPROFILE_STATIC_ASSERT(sizeof(USHORT) == 2, ushort_is_16_bits);
+NTPROFILE_STATIC_ASSERT(sizeof(ULONGLONG) == 8, ulonglong_is_64_bits);
+NTPROFILE_STATIC_ASSERT(sizeof(KAFFINITY) == sizeof(void *), kaffinity_is_pointer_sized);
+NTPROFILE_STATIC_ASSERT(sizeof(SIZE_T) == sizeof(void *), size_t_is_pointer_sized);
+NTPROFILE_STATIC_ASSERT(sizeof(HANDLE) == sizeof(void *), handle_is_pointer_sized);
+NTPROFILE_STATIC_ASSERT(sizeof(KPROFILE_SOURCE) == 4, kprofile_source_is_32_bits);
+NTPROFILE_STATIC_ASSERT(sizeof(GROUP_AFFINITY) == 2 * sizeof(void *), group_affinity_size);
+NTPROFILE_STATIC_ASSERT(offsetof(GROUP_AFFINITY, Group) == sizeof(void *), group_affinity_group_offset);
+NTPROFILE_STATIC_ASSERT(sizeof(CLIENT_ID) == 2 * sizeof(void *), client_id_size);
+NTPROFILE_STATIC_ASSERT(sizeof(NTPROFILE_STATISTICS) == 32, ntprofile_statistics_size);
+NTPROFILE_STATIC_ASSERT(sizeof(NTPROFILE_SOURCE_INFO) == 192, ntprofile_source_info_size);
+NTPROFILE_STATIC_ASSERT(offsetof(NTPROFILE_SOURCE_INFO, PerfType) == 32, ntprofile_source_info_perf_type);
+NTPROFILE_STATIC_ASSERT(offsetof(NTPROFILE_SOURCE_INFO, PerfConfig) == 40, ntprofile_source_info_perf_config);
+NTPROFILE_STATIC_ASSERT(offsetof(NTPROFILE_SOURCE_INFO, Name) == 64, ntprofile_source_info_name);
+NTPROFILE_STATIC_ASSERT(offsetof(NTPROFILE_SOURCE_INFO, PerfEventName) == 128, ntprofile_source_info_event_name);
+#if UINTPTR_MAX == 0xFFFFFFFFFFFFFFFFu
+NTPROFILE_STATIC_ASSERT(sizeof(GROUP_AFFINITY) == 16, group_affinity_is_16_bytes);
+NTPROFILE_STATIC_ASSERT(sizeof(UNICODE_STRING) == 16, unicode_string_is_16_bytes);
+NTPROFILE_STATIC_ASSERT(sizeof(OBJECT_ATTRIBUTES) == 48, object_attributes_is_48_bytes);
+#endif
+
+#undef NTPROFILE_STATIC_ASSERT
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Calls.
+ */
+
+/* NtCreateProfile -- create a profile object, stopped, counting samples whose PC lies in
+ * [ProfileBase, ProfileBase + ProfileSize) into Buffer[(PC - ProfileBase) >> BucketSize].
+ * BucketSize is log2 of the bucket's size in bytes (2..31). Affinity is a processor mask of the caller's
+ * current group; (KAFFINITY)-1 means every active processor of that group.
+ * Checks, in order: BufferSize 0 (STATUS_INVALID_PARAMETER_7); BucketSize (STATUS_INVALID_PARAMETER); buffer
+ * too small (STATUS_BUFFER_TOO_SMALL); range wraps (STATUS_BUFFER_OVERFLOW); source (STATUS_NOT_SUPPORTED);
+ * ProfileHandle writable, Buffer 4-byte aligned (STATUS_DATATYPE_MISALIGNMENT) and writable
+ * (STATUS_ACCESS_VIOLATION); affinity (STATUS_INVALID_PARAMETER); Process (STATUS_INVALID_HANDLE,
+ * STATUS_OBJECT_TYPE_MISMATCH, STATUS_PRIVILEGE_NOT_HELD, STATUS_ACCESS_DENIED).
+ * Buffer must stay valid until NtStopProfile / NtClose of the profile has returned. It is never zeroed. */
+NTSYSCALLAPI NTSTATUS NTAPI NtCreateProfile(PHANDLE ProfileHandle, HANDLE Process, PVOID ProfileBase,
+                                            SIZE_T ProfileSize, ULONG BucketSize, PULONG Buffer, ULONG BufferSize,
+                                            KPROFILE_SOURCE ProfileSource, KAFFINITY Affinity);
+
+/* NtCreateProfileEx -- NtCreateProfile with processors given as GroupCount GROUP_AFFINITY records
+ * (GroupCount 0: every active processor, resolved at each start; GroupAffinity is then not read). */
+NTSYSCALLAPI NTSTATUS NTAPI NtCreateProfileEx(PHANDLE ProfileHandle, HANDLE Process, PVOID ProfileBase,
+                                              SIZE_T ProfileSize, ULONG BucketSize, PULONG Buffer,
+                                              ULONG BufferSize, KPROFILE_SOURCE ProfileSource, USHORT GroupCount,
+                                              PGROUP_AFFINITY GroupAffinity);
+
+/* NtOpenProcess -- open a process for profiling: ClientId->UniqueProcess is a Linux pid (the handle is backed by
+ * a pidfd; close it with NtClose). DesiredAccess and ObjectAttributes are accepted and not interpreted
+ * (PROCESS_QUERY_INFORMATION and an InitializeObjectAttributes(&attrs, NULL, 0, NULL, NULL) are customary).
+ * STATUS_INVALID_CID for a pid that does not exist, STATUS_ACCESS_DENIED when the caller may not profile it. */
+NTSYSCALLAPI NTSTATUS NTAPI NtOpenProcess(PHANDLE ProcessHandle, ACCESS_MASK DesiredAccess,
+                                          POBJECT_ATTRIBUTES ObjectAttributes, PCLIENT_ID ClientId);
+
+/* NtStartProfile -- start sampling. STATUS_PROFILING_NOT_STOPPED if already started. */
+NTSYSCALLAPI NTSTATUS NTAPI NtStartProfile(HANDLE ProfileHandle);
+
+/* NtStopProfile -- stop sampling; on return the counts are complete and the buffer is no longer written.
+ * STATUS_PROFILING_NOT_STARTED if not started. */
+NTSYSCALLAPI NTSTATUS NTAPI NtStopProfile(HANDLE ProfileHandle);
+
+/* NtQueryIntervalProfile -- the effective interval of a source (source first); 0 for an unsupported source. */
+NTSYSCALLAPI NTSTATUS NTAPI NtQueryIntervalProfile(KPROFILE_SOURCE ProfileSource, PULONG Interval);
+
+/* NtSetIntervalProfile -- set a source's interval (interval first), shared by every profile of that source in
+ * this process and applied at once; clamped into the source's limits. Always STATUS_SUCCESS. ProfileTime's
+ * interval is in 100 ns units, a counter's in events. */
+NTSYSCALLAPI NTSTATUS NTAPI NtSetIntervalProfile(ULONG Interval, KPROFILE_SOURCE Source);
+
+/* NtClose -- close a handle; a started profile is stopped first. */
+NTSYSCALLAPI NTSTATUS NTAPI NtClose(HANDLE Handle);
+
+/* The Zw aliases: the same functions under their kernel-mode names. */
+NTSYSCALLAPI NTSTATUS NTAPI ZwCreateProfile(PHANDLE ProfileHandle, HANDLE Process, PVOID ProfileBase,
+                                            SIZE_T ProfileSize, ULONG BucketSize, PULONG Buffer, ULONG BufferSize,
+                                            KPROFILE_SOURCE ProfileSource, KAFFINITY Affinity);
+NTSYSCALLAPI NTSTATUS NTAPI ZwCreateProfileEx(PHANDLE ProfileHandle, HANDLE Process, PVOID ProfileBase,
+                                              SIZE_T ProfileSize, ULONG BucketSize, PULONG Buffer,
+                                              ULONG BufferSize, KPROFILE_SOURCE ProfileSource, USHORT GroupCount,
+                                              PGROUP_AFFINITY GroupAffinity);
+NTSYSCALLAPI NTSTATUS NTAPI ZwOpenProcess(PHANDLE ProcessHandle, ACCESS_MASK DesiredAccess,
+                                          POBJECT_ATTRIBUTES ObjectAttributes, PCLIENT_ID ClientId);
+NTSYSCALLAPI NTSTATUS NTAPI ZwStartProfile(HANDLE ProfileHandle);
+NTSYSCALLAPI NTSTATUS NTAPI ZwStopProfile(HANDLE ProfileHandle);
+NTSYSCALLAPI NTSTATUS NTAPI ZwQueryIntervalProfile(KPROFILE_SOURCE ProfileSource, PULONG Interval);
+NTSYSCALLAPI NTSTATUS NTAPI ZwSetIntervalProfile(ULONG Interval, KPROFILE_SOURCE Source);
+NTSYSCALLAPI NTSTATUS NTAPI ZwClose(HANDLE Handle);
+
+/* NtprofileQueryStatistics (ntprofile extension) -- what a profile counted: samples counted, outside the range,
+ * lost and throttle events. Live while started (pending samples are drained first); final after a stop. */
+NTSYSCALLAPI NTSTATUS NTAPI NtprofileQueryStatistics(HANDLE ProfileHandle, PNTPROFILE_STATISTICS Statistics);
+
+/* NtprofileQuerySources (ntprofile extension) -- list every source (built-in ones in value order, then the
+ * registered raw events). *TotalCount receives the number of sources; when BufferCount is smaller nothing else
+ * is written and the call returns STATUS_BUFFER_TOO_SMALL (call with BufferCount 0 to size the buffer). */
+NTSYSCALLAPI NTSTATUS NTAPI NtprofileQuerySources(PNTPROFILE_SOURCE_INFO Buffer, ULONG BufferCount,
+                                                  PULONG TotalCount);
+
+/* NtprofileRegisterSource (ntprofile extension) -- make a raw perf event (perf_event_attr type, config,
+ * config1, config2) a profile source; its value (ProfileLinuxRegisteredFirst and up; the same value for the same
+ * event) is written to *Source. */
+NTSYSCALLAPI NTSTATUS NTAPI NtprofileRegisterSource(ULONG PerfType, ULONGLONG Config, ULONGLONG Config1,
+                                                    ULONGLONG Config2, PKPROFILE_SOURCE Source);
+
+/* NtprofileSetSourceJitter (ntprofile extension) -- draw each sample period of a source at random within
+ * +/- Percent % of its interval (0: a fixed period), so that periodic workloads cannot alias with the sampler.
+ * STATUS_INVALID_PARAMETER above 90, STATUS_NOT_SUPPORTED for a source that cannot be sampled here. */
+NTSYSCALLAPI NTSTATUS NTAPI NtprofileSetSourceJitter(KPROFILE_SOURCE ProfileSource, ULONG Percent);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* NTPROFILE_H */

@@ -1,0 +1,546 @@
+//! The C ABI from real C: `include/ntprofile.h` compiles alone as C99, C11 and C++17; it declares exactly the
+//! functions `libntprofile.so` exports; its constants agree with the crate's; and the C programs in `ffi/`
+//! (the conformance test, the hot-function example and the two-function accuracy test) build against the header,
+//! link with the shared library and pass.
+//!
+//! Where the shared library is: cargo builds every crate type of the library for an integration test, and the
+//! `cdylib` is written as `deps/libntprofile.so` next to this test binary (`target/<profile>/deps/`, or
+//! `target/<triple>/<profile>/deps/` with `--target`). It is found from `std::env::current_exe()` whatever
+//! `CARGO_TARGET_DIR` and the profile are, and it is the one built by the same `cargo test` run. (The copy in
+//! `target/<profile>/` exists only after a `cargo build`; see [`lib_dir`].) `NTPROFILE_LIB_DIR` overrides.
+//!
+//! Needs `gcc`, `g++` and `nm` (binutils). Build outputs go to a temporary directory, never into the repository.
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use ntprofile::{NtStatus, ProfileSource};
+
+/// The C programs sample this machine's CPUs: run one at a time, so that they do not disturb each other's
+/// accuracy figures.
+static RUN_SERIAL: Mutex<()> = Mutex::new(());
+
+/// How long a C program may run before it is killed and the test fails.
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn include_dir() -> PathBuf {
+    repo().join("include")
+}
+
+fn header() -> PathBuf {
+    include_dir().join("ntprofile.h")
+}
+
+/// The directory holding `libntprofile.so`: `NTPROFILE_LIB_DIR`, else the `deps/` folder this test binary runs
+/// from, else its parent (the profile directory).
+///
+/// For an integration test cargo compiles the library with all its crate types, so `deps/libntprofile.so` is
+/// written by the same `cargo test` run (a cdylib's file name carries no hash). Cargo copies it up to
+/// `target/<profile>/` only when the library itself is a requested target (`cargo build`), so on a clean
+/// `cargo test` the profile directory has no `libntprofile.so`; and when it has one, the copy in `deps/` is the
+/// newer or the same.
+fn lib_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("NTPROFILE_LIB_DIR") {
+        return PathBuf::from(dir);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("the test binary has a directory");
+    let candidates: Vec<&Path> = [Some(deps), deps.parent()].into_iter().flatten().collect();
+    candidates
+        .iter()
+        .find(|dir| dir.join("libntprofile.so").is_file())
+        .map(|dir| dir.to_path_buf())
+        .unwrap_or_else(|| {
+            panic!(
+                "libntprofile.so is in none of {candidates:?}: cargo should have built the cdylib for this \
+                 test (set NTPROFILE_LIB_DIR to the directory holding libntprofile.so to override)"
+            )
+        })
+}
+
+/// A scratch directory for build outputs, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Scratch {
+        let dir =
+            std::env::temp_dir().join(format!("ntprofile-c_abi-{}-{tag}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create scratch directory");
+        Scratch(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn show(cmd: &Command) -> String {
+    let mut s = cmd.get_program().to_string_lossy().into_owned();
+    for a in cmd.get_args() {
+        s.push(' ');
+        s.push_str(&a.to_string_lossy());
+    }
+    s
+}
+
+/// Run a tool to completion; panic with its output when it cannot start or fails.
+fn run_tool(cmd: &mut Command) -> Output {
+    let line = show(cmd);
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `{line}`: {e} (is it installed?)"));
+    assert!(
+        out.status.success(),
+        "`{line}` failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// The strict flags every compile here uses.
+const STRICT: [&str; 4] = ["-Wall", "-Wextra", "-Werror", "-pedantic"];
+
+// ---------------------------------------------------------------------------------------------------------
+// (b) The header alone, in three languages.
+// ---------------------------------------------------------------------------------------------------------
+
+/// A translation unit that includes only the header and uses every type and macro, and pins every prototype to
+/// the expected signature (a mismatch is an incompatible-pointer error under -Werror).
+const HEADER_TU: &str = r#"
+#include "ntprofile.h"
+
+/* File-scope checks: a negative array size fails the compile in every language mode. */
+typedef char check_enum_maximum[ProfileMaximum == 0x18 ? 1 : -1];
+typedef char check_enum_last_nt[ProfileLoadLinkedIssues == 0x17 ? 1 : -1];
+typedef char check_enum_intel[ProfileBranchMispredictsRetired == 0x1F ? 1 : -1];
+typedef char check_enum_linux[ProfileLinuxAlignmentFaults == 0x10006 ? 1 : -1];
+typedef char check_status_signed[STATUS_ACCESS_VIOLATION < 0 ? 1 : -1];
+typedef char check_warning_fails[!NT_SUCCESS(STATUS_BUFFER_OVERFLOW) ? 1 : -1];
+typedef char check_success[NT_SUCCESS(STATUS_SUCCESS) ? 1 : -1];
+
+typedef NTSTATUS(NTAPI *create_fn)(PHANDLE, HANDLE, PVOID, SIZE_T, ULONG, PULONG, ULONG, KPROFILE_SOURCE,
+                                   KAFFINITY);
+typedef NTSTATUS(NTAPI *create_ex_fn)(PHANDLE, HANDLE, PVOID, SIZE_T, ULONG, PULONG, ULONG, KPROFILE_SOURCE,
+                                      USHORT, PGROUP_AFFINITY);
+typedef NTSTATUS(NTAPI *open_fn)(PHANDLE, ACCESS_MASK, POBJECT_ATTRIBUTES, PCLIENT_ID);
+typedef NTSTATUS(NTAPI *handle_fn)(HANDLE);
+typedef NTSTATUS(NTAPI *query_fn)(KPROFILE_SOURCE, PULONG);
+typedef NTSTATUS(NTAPI *set_fn)(ULONG, KPROFILE_SOURCE);
+typedef NTSTATUS(NTAPI *stats_fn)(HANDLE, PNTPROFILE_STATISTICS);
+typedef NTSTATUS(NTAPI *sources_fn)(PNTPROFILE_SOURCE_INFO, ULONG, PULONG);
+typedef NTSTATUS(NTAPI *register_fn)(ULONG, ULONGLONG, ULONGLONG, ULONGLONG, PKPROFILE_SOURCE);
+typedef NTSTATUS(NTAPI *jitter_fn)(KPROFILE_SOURCE, ULONG);
+
+int ntprofile_header_check(int which);
+
+int ntprofile_header_check(int which)
+{
+    create_fn create[2] = {NtCreateProfile, ZwCreateProfile};
+    create_ex_fn create_ex[2] = {NtCreateProfileEx, ZwCreateProfileEx};
+    open_fn open[2] = {NtOpenProcess, ZwOpenProcess};
+    handle_fn handle[6] = {NtStartProfile, ZwStartProfile, NtStopProfile, ZwStopProfile, NtClose, ZwClose};
+    query_fn query[2] = {NtQueryIntervalProfile, ZwQueryIntervalProfile};
+    set_fn set[2] = {NtSetIntervalProfile, ZwSetIntervalProfile};
+    stats_fn stats = NtprofileQueryStatistics;
+    sources_fn sources = NtprofileQuerySources;
+    register_fn reg = NtprofileRegisterSource;
+    jitter_fn jitter = NtprofileSetSourceJitter;
+
+    GROUP_AFFINITY ga;
+    CLIENT_ID cid;
+    UNICODE_STRING name;
+    OBJECT_ATTRIBUTES attrs;
+    NTPROFILE_STATISTICS st;
+    NTPROFILE_SOURCE_INFO info;
+    KPROFILE_SOURCE src = ProfileTime;
+    HANDLE h = NtCurrentProcess();
+    HANDLE thread = NtCurrentThread();
+    ULONG interval = 0;
+    KAFFINITY all = (KAFFINITY)-1;
+    NTSTATUS status = STATUS_SUCCESS;
+
+    ga.Mask = all;
+    ga.Group = 0;
+    ga.Reserved[0] = ga.Reserved[1] = ga.Reserved[2] = 0;
+    cid.UniqueProcess = h;
+    cid.UniqueThread = thread;
+    name.Length = 0;
+    name.MaximumLength = 0;
+    name.Buffer = NULL;
+    InitializeObjectAttributes(&attrs, &name, 0, NULL, NULL);
+    st.SamplesCounted = st.SamplesOutside = st.SamplesLost = st.ThrottleEvents = 0;
+    info.Source = ProfileLinuxTaskClock;
+    info.Name[0] = 0;
+
+    switch (status) {
+    case STATUS_SUCCESS:
+    case STATUS_DATATYPE_MISALIGNMENT:
+    case STATUS_BUFFER_OVERFLOW:
+    case STATUS_ACCESS_VIOLATION:
+    case STATUS_INVALID_HANDLE:
+    case STATUS_INVALID_CID:
+    case STATUS_INVALID_PARAMETER:
+    case STATUS_ACCESS_DENIED:
+    case STATUS_BUFFER_TOO_SMALL:
+    case STATUS_OBJECT_TYPE_MISMATCH:
+    case STATUS_PRIVILEGE_NOT_HELD:
+    case STATUS_INSUFFICIENT_RESOURCES:
+    case STATUS_PROFILING_NOT_STARTED:
+    case STATUS_PROFILING_NOT_STOPPED:
+    case STATUS_NOT_SUPPORTED:
+    case STATUS_PROFILING_AT_LIMIT:
+    case STATUS_INTERNAL_ERROR:
+    case STATUS_INVALID_PARAMETER_7:
+        break;
+    default:
+        return -1;
+    }
+
+    switch (which) {
+    case 0: return create[which & 1](&h, NtCurrentProcess(), NULL, 0, 2, &interval, 4, src, all);
+    case 1: return create_ex[which & 1](&h, h, NULL, 0, 2, &interval, 4, src, 1, &ga);
+    case 2: return open[which & 1](&h, PROCESS_QUERY_INFORMATION | PROFILE_CONTROL, &attrs, &cid);
+    case 3: return handle[which % 6](h);
+    case 4: return query[which & 1](src, &interval);
+    case 5: return set[which & 1](interval, src);
+    case 6: return stats(h, &st);
+    case 7: return sources(&info, 1, &interval);
+    case 8: return reg(0, 0, 0, 0, &src);
+    case 9: return jitter(src, 0);
+    default: return (int)sizeof(UCHAR) + (int)sizeof(BOOLEAN) + (int)sizeof(LONG) + (int)sizeof(ULONG_PTR) +
+                    (int)sizeof(LONG_PTR) + (int)sizeof(SIZE_T) + (int)sizeof(PVOID);
+    }
+}
+"#;
+
+#[test]
+fn header_compiles_alone_as_c99_c11_and_cxx17() {
+    let scratch = Scratch::new("header");
+    let c = scratch.path("header_check.c");
+    let cc = scratch.path("header_check.cc");
+    std::fs::write(&c, HEADER_TU).unwrap();
+    std::fs::write(&cc, HEADER_TU).unwrap();
+    for (compiler, std_flag, src) in [
+        ("gcc", "-std=c99", &c),
+        ("gcc", "-std=c11", &c),
+        ("g++", "-std=c++17", &cc),
+    ] {
+        let obj = scratch.path(&format!("header_check{std_flag}.o"));
+        run_tool(
+            Command::new(compiler)
+                .arg(std_flag)
+                .args(STRICT)
+                .arg("-I")
+                .arg(include_dir())
+                .arg("-c")
+                .arg(src)
+                .arg("-o")
+                .arg(&obj),
+        );
+        println!("{compiler} {std_flag} {}: ok", STRICT.join(" "));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// (c) Header declarations ↔ library exports.
+// ---------------------------------------------------------------------------------------------------------
+
+fn is_api_name(name: &str) -> bool {
+    name.starts_with("Nt") || name.starts_with("Zw")
+}
+
+/// Functions the header declares: identifiers starting with `Nt`/`Zw` followed by `(` in the preprocessed header
+/// (the preprocessor has removed the function-like macros such as `NtCurrentProcess()`).
+fn declared_functions() -> BTreeSet<String> {
+    let out = run_tool(
+        Command::new("gcc")
+            .args(["-std=c11", "-E", "-P", "-x", "c"])
+            .arg(header()),
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let bytes = text.as_bytes();
+    let mut names = BTreeSet::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c.is_ascii_alphabetic() || c == b'_' {
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                i += 1;
+            }
+            let ident = &text[start..i];
+            let mut j = i;
+            while j < bytes.len() && bytes[j].is_ascii_whitespace() {
+                j += 1;
+            }
+            if is_api_name(ident) && bytes.get(j) == Some(&b'(') {
+                names.insert(ident.to_string());
+            }
+        } else {
+            i += 1;
+        }
+    }
+    names
+}
+
+/// Functions the shared library exports with an NT name (`Nt*`, `Zw*`, `Ntprofile*`).
+fn exported_functions(lib: &Path) -> BTreeSet<String> {
+    let out = run_tool(Command::new("nm").args(["-D", "--defined-only"]).arg(lib));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|line| {
+            let mut f = line.split_whitespace();
+            let (_addr, kind, name) = (f.next()?, f.next()?, f.next()?);
+            (matches!(kind, "T" | "W" | "i") && is_api_name(name)).then(|| name.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn header_declares_exactly_the_exports() {
+    let lib = lib_dir().join("libntprofile.so");
+    let declared = declared_functions();
+    let exported = exported_functions(&lib);
+    println!("declared in ntprofile.h: {declared:?}");
+    println!("exported by {}: {exported:?}", lib.display());
+    let missing_export: Vec<_> = declared.difference(&exported).collect();
+    let missing_decl: Vec<_> = exported.difference(&declared).collect();
+    assert!(
+        missing_export.is_empty() && missing_decl.is_empty(),
+        "include/ntprofile.h and libntprofile.so disagree:\n  \
+         declared in the header but not exported: {missing_export:?}\n  \
+         exported but not declared in the header: {missing_decl:?}"
+    );
+    for core in [
+        "NtCreateProfile",
+        "NtCreateProfileEx",
+        "NtStartProfile",
+        "NtStopProfile",
+        "NtSetIntervalProfile",
+        "NtQueryIntervalProfile",
+        "NtClose",
+        "NtprofileQueryStatistics",
+    ] {
+        assert!(declared.contains(core), "{core} is missing");
+        let zw = core.replacen("Nt", "Zw", 1);
+        if !core.starts_with("Ntprofile") {
+            assert!(declared.contains(&zw), "{zw} is missing");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Header constants ↔ the crate's.
+// ---------------------------------------------------------------------------------------------------------
+
+/// Constants by name.
+type Named = Vec<(String, u32)>;
+
+/// `name value` pairs from lines of the form `#define STATUS_X ((NTSTATUS)0x...L)` (statuses) and
+/// `ProfileX = 0x...,` (KPROFILE_SOURCE enumerators).
+fn header_constants() -> (Named, Named) {
+    let text = std::fs::read_to_string(header()).expect("read include/ntprofile.h");
+    let hex = |s: &str| -> Option<u32> {
+        let digits = s.trim_start_matches("0x").trim_start_matches("0X");
+        let digits = digits.trim_end_matches(|c: char| !c.is_ascii_hexdigit());
+        u32::from_str_radix(digits, 16).ok()
+    };
+    let mut statuses = Vec::new();
+    let mut sources = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("#define STATUS_") {
+            let mut f = rest.split_whitespace();
+            let name = format!("STATUS_{}", f.next().unwrap_or(""));
+            let value = f
+                .next()
+                .and_then(|v| v.strip_prefix("((NTSTATUS)"))
+                .and_then(hex)
+                .unwrap_or_else(|| panic!("cannot read the value of {name}: {line}"));
+            statuses.push((name, value));
+        } else if line.starts_with("Profile") && line.contains(" = 0x") {
+            let (name, value) = line.split_once(" = ").unwrap();
+            let value = hex(value.trim_end_matches(','))
+                .unwrap_or_else(|| panic!("bad enumerator: {line}"));
+            sources.push((name.to_string(), value));
+        }
+    }
+    (statuses, sources)
+}
+
+#[test]
+fn header_constants_match_the_crate() {
+    let (statuses, sources) = header_constants();
+    assert_eq!(
+        statuses.len(),
+        18,
+        "the header should define the 18 statuses of the spec: {statuses:?}"
+    );
+    for (name, value) in &statuses {
+        assert_eq!(
+            NtStatus(*value as i32).name(),
+            Some(name.as_str()),
+            "{name} = 0x{value:08X} in the header, but the crate names that value differently"
+        );
+    }
+    let values: BTreeSet<u32> = sources.iter().map(|(_, v)| *v).collect();
+    for s in ProfileSource::ALL {
+        assert!(
+            values.contains(&s.to_raw()),
+            "{s:?} (0x{:X}) has no KPROFILE_SOURCE enumerator in the header",
+            s.to_raw()
+        );
+    }
+    let registered_first = ntprofile::source::REGISTERED_BASE;
+    let registered_last = registered_first + ntprofile::source::MAX_REGISTERED as u32 - 1;
+    for (name, value) in &sources {
+        match name.as_str() {
+            "ProfileMaximum" => assert_eq!(*value, 0x18),
+            "ProfileLinuxRegisteredFirst" => assert_eq!(*value, registered_first),
+            "ProfileLinuxRegisteredLast" => assert_eq!(*value, registered_last),
+            _ => assert!(
+                ProfileSource::ALL.iter().any(|s| s.to_raw() == *value),
+                "{name} = 0x{value:X} in the header is no source of the crate"
+            ),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// (d) The C programs.
+// ---------------------------------------------------------------------------------------------------------
+
+/// Compile `ffi/<name>.c` against the header and the shared library into `scratch`.
+fn build_program(scratch: &Scratch, name: &str) -> PathBuf {
+    let lib_dir = lib_dir();
+    let exe = scratch.path(name);
+    let mut rpath = std::ffi::OsString::from("-Wl,-rpath,");
+    rpath.push(&lib_dir);
+    run_tool(
+        Command::new("gcc")
+            .args(["-O2", "-std=c11"])
+            .args(STRICT)
+            .arg("-I")
+            .arg(include_dir())
+            .arg(repo().join("ffi").join(format!("{name}.c")))
+            .arg("-o")
+            .arg(&exe)
+            .arg("-L")
+            .arg(&lib_dir)
+            .arg("-lntprofile")
+            .arg(rpath)
+            .arg("-lm"),
+    );
+    exe
+}
+
+/// Run a built program (one at a time), print its output, and return (success, stdout).
+fn run_program(exe: &Path) -> (bool, String) {
+    let _serial = RUN_SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
+    let started = Instant::now();
+    let mut child = Command::new(exe)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", exe.display()));
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for the child") {
+            break Some(status);
+        }
+        if started.elapsed() > RUN_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = out_reader.join().unwrap_or_default();
+    let err = err_reader.join().unwrap_or_default();
+    println!("$ {}\n{out}", exe.display());
+    if !err.is_empty() {
+        println!("stderr:\n{err}");
+    }
+    let elapsed = started.elapsed();
+    match status {
+        Some(status) => {
+            println!(
+                "{}: {status} after {:.2} s",
+                exe.display(),
+                elapsed.as_secs_f64()
+            );
+            (status.success(), out)
+        }
+        None => {
+            println!(
+                "{}: killed after {:.0} s",
+                exe.display(),
+                RUN_TIMEOUT.as_secs_f64()
+            );
+            (false, out)
+        }
+    }
+}
+
+#[test]
+fn conformance_c() {
+    let scratch = Scratch::new("conformance");
+    let exe = build_program(&scratch, "conformance");
+    let (ok, out) = run_program(&exe);
+    let summary = out
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    let failures: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert!(
+        ok && summary.ends_with(" passed, 0 failed"),
+        "ffi/conformance.c failed: `{summary}`\n{}",
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn example_hot_c() {
+    let scratch = Scratch::new("example_hot");
+    let exe = build_program(&scratch, "example_hot");
+    let (ok, out) = run_program(&exe);
+    assert!(ok, "ffi/example_hot.c failed:\n{out}");
+}
+
+#[test]
+fn two_functions_c() {
+    let scratch = Scratch::new("two_functions");
+    let exe = build_program(&scratch, "two_functions");
+    let (ok, out) = run_program(&exe);
+    assert!(ok, "ffi/two_functions.c failed:\n{out}");
+}
