@@ -329,11 +329,15 @@ impl ProfileSource {
         }
     }
 
+    /// The source's slot in the per-source tables: built-in sources first, registered ones after them.
     fn table_index(self) -> usize {
-        ProfileSource::ALL
-            .iter()
-            .position(|s| *s == self)
-            .unwrap_or(0)
+        match self {
+            ProfileSource::Registered(n) => BUILTIN_SLOTS + usize::from(n),
+            _ => ProfileSource::ALL
+                .iter()
+                .position(|s| *s == self)
+                .expect("every built-in source is in ALL"),
+        }
     }
 }
 
@@ -349,8 +353,10 @@ fn read_max_sample_rate() -> Option<u64> {
 /// default). Shared by every profile of a source, as NT's per-source interval.
 static INTERVALS: [AtomicU32; TABLE_SIZE] = [const { AtomicU32::new(0) }; TABLE_SIZE];
 
+/// Slots reserved for the built-in sources in the per-source tables.
+const BUILTIN_SLOTS: usize = 64;
 /// Slots of the per-source tables: the built-in sources, then the registered ones.
-const TABLE_SIZE: usize = 64 + MAX_REGISTERED;
+const TABLE_SIZE: usize = BUILTIN_SLOTS + MAX_REGISTERED;
 
 /// Jitter of each source's period, in percent (0 = a fixed period).
 static JITTER: [AtomicU32; TABLE_SIZE] = [const { AtomicU32::new(0) }; TABLE_SIZE];
@@ -578,7 +584,7 @@ mod tests {
             "ProfileMaximum is a count, not a source"
         );
         assert_eq!(ProfileSource::Time.name(), "Timer");
-        assert!(ProfileSource::ALL.len() + MAX_REGISTERED <= INTERVALS.len());
+        assert!(ProfileSource::ALL.len() <= BUILTIN_SLOTS);
     }
 
     #[test]
@@ -599,6 +605,17 @@ mod tests {
             "a software raw event samples every event by default"
         );
         assert!(list_sources().iter().any(|i| i.source == a));
+        // Its own interval, not ProfileTime's.
+        let time_before = effective_interval(ProfileSource::Time);
+        assert_eq!(effective_interval(a), 1);
+        store_interval(a, 16);
+        assert_eq!(effective_interval(a), 16);
+        assert_eq!(effective_interval(ProfileSource::Time), time_before);
+        let bogus = register_raw_source(0x7777, 0, 0, 0).unwrap();
+        assert!(
+            !bogus.support().is_supported(),
+            "its own support answer, not ProfileTime's"
+        );
     }
 
     #[test]

@@ -9,7 +9,6 @@
 
 use std::os::fd::RawFd;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use crossbeam::channel::{Receiver, Sender};
 
@@ -44,6 +43,13 @@ pub(crate) enum Msg {
         rings: Vec<RingIn>,
         ack: Sender<()>,
     },
+    /// Drain and drop every ring of the stream whose owning descriptor is not in `keep` (the rings of events
+    /// that were just replaced); the API side closes those descriptors after the ack.
+    RetireRings {
+        stream: u64,
+        keep: Vec<RawFd>,
+        ack: Sender<()>,
+    },
     /// Start counting for a profile on a stream, on these CPUs.
     Publish {
         stream: u64,
@@ -60,84 +66,10 @@ pub(crate) enum Msg {
     },
     /// Drain the stream's rings and unmap them; the API side closes the descriptors after the ack.
     RemoveStream { stream: u64, ack: Sender<()> },
-    /// Jitter (or stop jittering) a stream's period.
-    Jitter {
-        stream: u64,
-        jitter: JitterSpec,
-        ack: Sender<()>,
-    },
     /// Drain everything now (live reads that want fresh counts).
     Sync { ack: Sender<()> },
     /// Leave the loop.
     Exit,
-}
-
-/// How to jitter a stream's period.
-pub(crate) struct JitterSpec {
-    /// Every event descriptor of the stream (kept open by the API side until the stream's removal is acked).
-    pub fds: Vec<RawFd>,
-    /// The source's period (ns for timers, events otherwise).
-    pub base: u64,
-    /// ± percent of the sample *rate*; 0 restores the base period.
-    pub percent: u32,
-    /// The period is time (ns): the window compensation applies.
-    pub time_based: bool,
-}
-
-/// A stream whose period the consumer re-draws.
-struct JitterState {
-    spec: JitterSpec,
-    /// Time between two draws.
-    window: Duration,
-    next: Instant,
-}
-
-impl JitterState {
-    fn new(spec: JitterSpec) -> JitterState {
-        // Long windows (many periods each) keep the rate loss of a re-draw small: changing the period restarts
-        // the current period (the kernel sets `period_left` to 0), wasting on average half a period per window.
-        let window = if spec.time_based {
-            Duration::from_nanos(spec.base.saturating_mul(16)).max(Duration::from_millis(20))
-        } else {
-            Duration::from_millis(20)
-        };
-        JitterState {
-            spec,
-            window,
-            next: Instant::now(),
-        }
-    }
-
-    /// Draw a new period if the window is over: the sample *rate* is uniform in `[1 - j, 1 + j]` times the base
-    /// rate, so the mean rate is the base rate; timers are sped up by half a period per window to make up for
-    /// the restart.
-    fn tick(&mut self, now: Instant, rng: &mut u64) {
-        if now < self.next {
-            return;
-        }
-        self.next = now + self.window;
-        let j = f64::from(self.spec.percent) / 100.0;
-        let u = 1.0 + j * (2.0 * next_unit(rng) - 1.0);
-        let comp = if self.spec.time_based {
-            1.0 + self.spec.base as f64 / (2.0 * self.window.as_nanos() as f64)
-        } else {
-            1.0
-        };
-        let period = ((self.spec.base as f64) / (u * comp)).round().max(1.0) as u64;
-        for &fd in &self.spec.fds {
-            let _ = crate::perf::event::set_period_raw(fd, period);
-        }
-    }
-}
-
-/// xorshift64*: a uniform draw in [0, 1).
-fn next_unit(state: &mut u64) -> f64 {
-    let mut x = *state;
-    x ^= x >> 12;
-    x ^= x << 25;
-    x ^= x >> 27;
-    *state = x;
-    (x.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
 }
 
 /// A started profile as the consumer sees it.
@@ -162,7 +94,6 @@ struct CStream {
     rings: Vec<CRing>,
     active: Vec<Active>,
     index: RangeIndex,
-    jitter: Option<JitterState>,
 }
 
 impl CStream {
@@ -228,23 +159,17 @@ pub(crate) struct Consumer {
     waker: Arc<Waker>,
     epoll: Epoll,
     streams: Vec<CStream>,
-    rng: u64,
 }
 
 impl Consumer {
     pub(crate) fn new(rx: Receiver<Msg>, waker: Arc<Waker>) -> Result<Consumer, i32> {
         let epoll = Epoll::new()?;
         epoll.add(waker.fd_raw(), WAKER_TOKEN)?;
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0x9E37_79B9_7F4A_7C15);
         Ok(Consumer {
             rx,
             waker,
             epoll,
             streams: Vec::new(),
-            rng: seed | 1,
         })
     }
 
@@ -263,12 +188,8 @@ impl Consumer {
                     self.epoll.remove(token as RawFd);
                 }
             }
-            let now = Instant::now();
             for s in self.streams.iter_mut() {
                 s.drain();
-                if let Some(j) = s.jitter.as_mut() {
-                    j.tick(now, &mut self.rng);
-                }
             }
             loop {
                 match self.rx.try_recv() {
@@ -294,7 +215,6 @@ impl Consumer {
                         rings: Vec::new(),
                         active: Vec::new(),
                         index: RangeIndex::default(),
-                        jitter: None,
                     });
                 }
                 for r in rings {
@@ -307,6 +227,20 @@ impl Consumer {
                             fd: r.fd,
                         });
                     }
+                }
+                let _ = ack.send(());
+            }
+            Msg::RetireRings { stream, keep, ack } => {
+                if let Some(pos) = self.streams.iter().position(|s| s.id == stream) {
+                    let s = &mut self.streams[pos];
+                    s.drain(); // the old events are disabled: this is their last word
+                    let (kept, retired): (Vec<CRing>, Vec<CRing>) =
+                        s.rings.drain(..).partition(|r| keep.contains(&r.fd));
+                    s.rings = kept;
+                    for r in &retired {
+                        self.epoll.remove(r.fd);
+                    }
+                    drop(retired); // unmaps before the API side closes the descriptors
                 }
                 let _ = ack.send(());
             }
@@ -352,25 +286,6 @@ impl Consumer {
                         self.epoll.remove(r.fd);
                     }
                     drop(s); // unmaps the rings before the API side closes the descriptors
-                }
-                let _ = ack.send(());
-            }
-            Msg::Jitter {
-                stream,
-                jitter,
-                ack,
-            } => {
-                if let Some(s) = self.streams.iter_mut().find(|s| s.id == stream) {
-                    if jitter.percent == 0 {
-                        for &fd in &jitter.fds {
-                            let _ = crate::perf::event::set_period_raw(fd, jitter.base);
-                        }
-                        s.jitter = None;
-                    } else {
-                        let mut state = JitterState::new(jitter);
-                        state.tick(Instant::now(), &mut self.rng);
-                        s.jitter = Some(state);
-                    }
                 }
                 let _ = ack.send(());
             }

@@ -12,8 +12,9 @@ pub(crate) mod consumer;
 pub(crate) mod counters;
 pub(crate) mod fork;
 pub(crate) mod index;
+mod jitter;
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
@@ -53,8 +54,10 @@ struct Stream {
     fds: Vec<OwnedFd>,
     /// Started profiles on this stream.
     profiles: usize,
-    /// The consumer is jittering this stream's period.
-    jittered: bool,
+    /// The threads whose events were opened directly (the others are covered by inheritance).
+    tids: Vec<i32>,
+    /// When the jitter thread draws this stream's next period (`None`: the period is fixed).
+    jitter_next: Option<std::time::Instant>,
 }
 
 struct ConsumerHandle {
@@ -62,6 +65,8 @@ struct ConsumerHandle {
     waker: Arc<Waker>,
     thread: JoinHandle<()>,
     tid: i32,
+    /// The jitter thread: its tid (never observed) and its wake-up channel (dropping it stops the thread).
+    jitter: Option<(i32, Sender<()>)>,
 }
 
 pub(crate) struct Engine {
@@ -82,6 +87,15 @@ static ENGINE: Mutex<Engine> = Mutex::new(Engine {
 pub(crate) fn lock() -> MutexGuard<'static, Engine> {
     // A panic while holding the lock leaves the tables consistent at every await point; keep going.
     ENGINE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Block every signal in a thread of the library: process-directed signals are for the program's threads.
+fn block_signals() {
+    let _ = nix::sys::signal::pthread_sigmask(
+        nix::sys::signal::SigmaskHow::SIG_BLOCK,
+        Some(&nix::sys::signal::SigSet::all()),
+        None,
+    );
 }
 
 /// The started-profile limit now: 8192 × online processors.
@@ -156,14 +170,12 @@ pub(crate) fn set_interval(source: ProfileSource, interval: u32) -> u32 {
             continue;
         }
         s.params.period = period;
-        if s.jittered {
-            // The consumer owns the period of a jittered stream: it re-draws around the new base at once.
-            eng.send_jitter(si);
+        if s.jitter_next.is_some() {
+            // The jitter thread owns the period of a jittered stream: it re-draws around the new base now.
+            s.jitter_next = Some(std::time::Instant::now());
+            eng.wake_jitter();
         } else {
-            for fd in &s.fds {
-                // A descriptor whose thread exited answers ESRCH or nothing; the others take the new period.
-                let _ = event::set_period(fd.as_fd(), period);
-            }
+            eng.apply_period(si, period);
         }
     }
     effective
@@ -185,7 +197,7 @@ pub(crate) fn set_jitter(source: ProfileSource, percent: u32) -> Result<(), NtSt
     source::store_jitter(source, percent);
     for si in 0..eng.streams.len() {
         if eng.streams[si].key.source == source {
-            eng.send_jitter(si);
+            eng.schedule_jitter(si);
         }
     }
     Ok(())
@@ -201,32 +213,104 @@ pub fn stream_period(source: ProfileSource) -> Option<u64> {
 }
 
 impl Engine {
-    /// Tell the consumer how to jitter stream `si`'s period (every descriptor, the base period, the percent);
-    /// a percent of 0 turns jitter off and restores the base period.
-    fn send_jitter(&mut self, si: usize) {
-        let s = &self.streams[si];
-        let percent = source::jitter_percent(s.key.source);
-        if percent == 0 && !s.jittered {
+    /// Give stream `si`'s events the sample period `period`.
+    ///
+    /// `PERF_EVENT_IOC_PERIOD` changes only the event it is called on, never the copies that threads created
+    /// later inherited from it (the kernel's ioctl does not walk an event's children, unlike ENABLE/DISABLE).
+    /// So when a per-thread stream has threads it did not open events for, it is re-opened: new events with
+    /// the new period for every thread alive now (a stable pass, as at start), new rings added to the
+    /// consumer, the old events disabled (their inherited copies with them) and the new ones enabled, then the
+    /// old rings drained into the started profiles and dropped. Otherwise (every thread has its own events, or
+    /// a per-CPU global stream, which has no inherited copies) the ioctl reaches every event. If a re-open fails
+    /// (descriptors short: both sets exist for a moment), the ioctl is applied to the events opened directly.
+    fn apply_period(&mut self, si: usize, period: u64) {
+        if self.has_inherited_threads(si) && self.reopen_stream(si, period).is_ok() {
             return;
         }
-        let fds = s.fds.iter().map(|f| f.as_raw_fd()).collect();
-        let (stream, base) = (s.id, s.params.period);
-        let time_based = s.key.source.interval_unit() == source::IntervalUnit::Time100ns;
-        let jitter = consumer::JitterSpec {
-            fds,
-            base,
-            percent,
-            time_based,
-        };
-        if self
-            .request(|ack| Msg::Jitter {
-                stream,
-                jitter,
-                ack,
-            })
-            .is_ok()
-        {
-            self.streams[si].jittered = percent != 0;
+        for fd in &self.streams[si].fds {
+            // A descriptor whose thread exited answers ESRCH or nothing; the others take the new period.
+            let _ = event::set_period(fd.as_fd(), period);
+        }
+    }
+
+    /// Threads of this library that are never observed: the consumer and the jitter thread.
+    fn own_tids(&self) -> Vec<i32> {
+        match &self.consumer {
+            Some(c) => std::iter::once(c.tid)
+                .chain(c.jitter.as_ref().map(|j| j.0))
+                .collect(),
+            None => Vec::new(),
+        }
+    }
+
+    /// True when stream `si` observes a thread through inheritance only (created after its events opened).
+    fn has_inherited_threads(&self, si: usize) -> bool {
+        let s = &self.streams[si];
+        if s.key.target.is_global() {
+            return false;
+        }
+        let own = self.own_tids();
+        match s.key.target.threads() {
+            Ok(now) => now
+                .iter()
+                .any(|t| !own.contains(t) && s.tids.binary_search(t).is_err()),
+            Err(_) => false,
+        }
+    }
+
+    /// Replace stream `si`'s events by a fresh set with sample period `period` for the threads alive now (see
+    /// `apply_period`). The stream's base period (`params.period`) is kept.
+    fn reopen_stream(&mut self, si: usize, period: u64) -> Result<(), NtStatus> {
+        let own = self.own_tids();
+        let s = &mut self.streams[si];
+        let cpus = s.cpus.clone();
+        let base = std::mem::replace(&mut s.params.period, period);
+        let opened = open_cpus(&mut s.params, &s.key.target, &cpus, &own);
+        s.params.period = base;
+        let Opened { fds, rings, tids } = opened?;
+        let sid = s.id;
+        let keep: Vec<RawFd> = rings.iter().map(|r| r.fd).collect();
+        self.request(|ack| Msg::AddRings {
+            stream: sid,
+            rings,
+            ack,
+        })?;
+        let old = std::mem::replace(&mut self.streams[si].fds, fds);
+        self.streams[si].tids = tids;
+        for fd in &old {
+            let _ = event::disable(fd.as_fd());
+        }
+        if self.streams[si].profiles > 0 {
+            for fd in &self.streams[si].fds {
+                let _ = event::enable(fd.as_fd());
+            }
+        }
+        let result = self.request(|ack| Msg::RetireRings {
+            stream: sid,
+            keep,
+            ack,
+        });
+        // The consumer has drained and unmapped the old rings: the old descriptors can close.
+        drop(old);
+        result
+    }
+
+    /// Bring stream `si` in line with its source's jitter setting: a jittered source gets a draw now; a source
+    /// whose jitter was turned off gets its base period back on every event.
+    fn schedule_jitter(&mut self, si: usize) {
+        let s = &mut self.streams[si];
+        if source::jitter_percent(s.key.source) > 0 {
+            s.jitter_next = Some(std::time::Instant::now());
+            self.wake_jitter();
+        } else if s.jitter_next.take().is_some() {
+            let base = s.params.period;
+            self.apply_period(si, base);
+        }
+    }
+
+    fn wake_jitter(&self) {
+        if let Some((_, wake)) = self.consumer.as_ref().and_then(|c| c.jitter.as_ref()) {
+            let _ = wake.try_send(());
         }
     }
 
@@ -236,11 +320,14 @@ impl Engine {
     fn forget_after_fork(&mut self) {
         if let Some(c) = self.consumer.take() {
             let ConsumerHandle {
-                tx, waker, thread, ..
+                tx,
+                waker,
+                thread,
+                jitter,
+                ..
             } = c;
             std::mem::forget(thread);
-            drop(tx);
-            drop(waker);
+            drop((tx, waker, jitter));
         }
         self.streams.clear();
         self.started.clear();
@@ -255,27 +342,46 @@ impl Engine {
         let waker = Arc::new(Waker::new().map_err(NtStatus::from_errno)?);
         let (tx, rx) = unbounded();
         let consumer = Consumer::new(rx, waker.clone()).map_err(NtStatus::from_errno)?;
-        let (tid_tx, tid_rx) = bounded(1);
+        let (tid_tx, tid_rx) = bounded(2);
+        let (wake_tx, wake_rx) = bounded::<()>(1);
         let thread = std::thread::Builder::new()
             .name("ntprofile-consumer".into())
             .stack_size(256 * 1024)
             .spawn(move || {
-                // Process-directed signals are for the program's threads, not for ours.
-                let _ = nix::sys::signal::pthread_sigmask(
-                    nix::sys::signal::SigmaskHow::SIG_BLOCK,
-                    Some(&nix::sys::signal::SigSet::all()),
-                    None,
-                );
-                let _ = tid_tx.send(gettid());
+                block_signals();
+                let _ = tid_tx.send(Some(gettid()));
+                // The jitter thread is created here, by a thread that has no event: it inherits none.
+                let jitter = std::thread::Builder::new()
+                    .name("ntprofile-jitter".into())
+                    .stack_size(256 * 1024)
+                    .spawn(move || {
+                        block_signals();
+                        let _ = tid_tx.send(Some(gettid()));
+                        jitter::run(wake_rx);
+                    });
                 consumer.run();
+                // The API side dropped the jitter thread's channel before asking us to exit.
+                if let Ok(j) = jitter {
+                    let _ = j.join();
+                }
             })
             .map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
-        let tid = tid_rx.recv().map_err(|_| NtStatus::INTERNAL_ERROR)?;
+        let tid = tid_rx
+            .recv()
+            .ok()
+            .flatten()
+            .ok_or(NtStatus::INTERNAL_ERROR)?;
+        // Without a jitter thread (it could not be created), jitter is simply not applied.
+        let jitter_tid = tid_rx
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .ok()
+            .flatten();
         self.consumer = Some(ConsumerHandle {
             tx,
             waker,
             thread,
             tid,
+            jitter: jitter_tid.map(|t| (t, wake_tx)),
         });
         Ok(())
     }
@@ -286,9 +392,26 @@ impl Engine {
             return;
         }
         if let Some(c) = self.consumer.take() {
+            // First the jitter thread's channel (it stops, never waiting for the engine lock we hold), then the
+            // consumer, which joins it.
+            let tids: Vec<i32> = std::iter::once(c.tid)
+                .chain(c.jitter.as_ref().map(|j| j.0))
+                .collect();
+            drop(c.jitter);
             let _ = c.tx.send(Msg::Exit);
             c.waker.wake();
             let _ = c.thread.join();
+            // A join returns when the kernel clears the thread's tid, a moment before the thread is released:
+            // wait (briefly) until it is gone from /proc, so that no thread of ours outlives the call.
+            for tid in tids {
+                let path = format!("/proc/self/task/{tid}");
+                for _ in 0..2000 {
+                    if std::fs::metadata(&path).is_err() {
+                        break;
+                    }
+                    std::thread::sleep(std::time::Duration::from_micros(5));
+                }
+            }
         }
     }
 
@@ -308,7 +431,7 @@ impl Engine {
         key: StreamKey,
         cpus: CpuSet,
     ) -> Result<(), NtStatus> {
-        let consumer_tid = self.consumer.as_ref().map(|c| c.tid).unwrap_or(-1);
+        let own = self.own_tids();
         let si = match self.streams.iter().position(|s| s.key == key) {
             Some(i) => i,
             None => {
@@ -333,7 +456,8 @@ impl Engine {
                     cpus: CpuSet::new(),
                     fds: Vec::new(),
                     profiles: 0,
-                    jittered: false,
+                    tids: Vec::new(),
+                    jitter_next: None,
                 });
                 self.streams.len() - 1
             }
@@ -344,8 +468,8 @@ impl Engine {
         let first_new = self.streams[si].fds.len();
         if !missing.is_empty() {
             let s = &mut self.streams[si];
-            let opened = open_cpus(&mut s.params, &s.key.target, &missing, consumer_tid);
-            let (fds, rings) = match opened {
+            let opened = open_cpus(&mut s.params, &s.key.target, &missing, &own);
+            let Opened { fds, rings, tids } = match opened {
                 Ok(v) => v,
                 Err(e) => {
                     if self.streams[si].profiles == 0 && self.streams[si].fds.is_empty() {
@@ -355,6 +479,16 @@ impl Engine {
                 }
             };
             let s = &mut self.streams[si];
+            // A thread is observed directly only if it has its own events on every CPU of the stream.
+            s.tids = if s.fds.is_empty() {
+                tids
+            } else {
+                s.tids
+                    .iter()
+                    .copied()
+                    .filter(|t| tids.binary_search(t).is_ok())
+                    .collect()
+            };
             s.fds.extend(fds);
             s.cpus = s.cpus.union(&missing);
             if let Err(e) = self.request(|ack| Msg::AddRings {
@@ -367,7 +501,7 @@ impl Engine {
             }
         }
         if !missing.is_empty() {
-            self.send_jitter(si);
+            self.schedule_jitter(si);
         }
         if let Err(e) = self.request(|ack| Msg::Publish {
             stream: sid,
@@ -445,18 +579,18 @@ fn open_cpus(
     params: &mut EventParams,
     target: &Target,
     cpus: &CpuSet,
-    skip_tid: i32,
-) -> Result<(Vec<OwnedFd>, Vec<RingIn>), NtStatus> {
+    skip: &[i32],
+) -> Result<Opened, NtStatus> {
     for attempt in 0..RESCAN_LIMIT {
         let mut pass = Pass::new(&mut *params, cpus, target);
         let scan = target.threads()?;
-        for &tid in scan.iter().filter(|t| **t != skip_tid) {
+        for &tid in scan.iter().filter(|t| !skip.contains(t)) {
             pass.observe(tid)?;
         }
         let fresh: Vec<i32> = target
             .threads()?
             .into_iter()
-            .filter(|t| *t != skip_tid && scan.binary_search(t).is_err())
+            .filter(|t| !skip.contains(t) && scan.binary_search(t).is_err())
             .collect();
         if fresh.is_empty() || attempt + 1 == RESCAN_LIMIT {
             for tid in fresh {
@@ -466,6 +600,16 @@ fn open_cpus(
         }
     }
     Err(NtStatus::INTERNAL_ERROR)
+}
+
+/// What a successful pass opened.
+struct Opened {
+    /// Every event descriptor.
+    fds: Vec<OwnedFd>,
+    /// One ring per CPU.
+    rings: Vec<RingIn>,
+    /// The threads observed directly, sorted.
+    tids: Vec<i32>,
 }
 
 /// One attempt at opening a stream's events on some CPUs.
@@ -480,6 +624,8 @@ struct Pass<'a> {
     other_process: bool,
     /// The soft descriptor limit was already raised once by this pass.
     raised_nofile: bool,
+    /// Threads observed on every CPU of the pass.
+    tids: Vec<i32>,
 }
 
 impl<'a> Pass<'a> {
@@ -498,6 +644,7 @@ impl<'a> Pass<'a> {
             owner,
             other_process: matches!(target, Target::Process(_)),
             raised_nofile: false,
+            tids: Vec::new(),
         }
     }
 
@@ -539,15 +686,21 @@ impl<'a> Pass<'a> {
             }
             self.fds.push(fd);
         }
+        self.tids.push(tid);
         Ok(())
     }
 
-    fn finish(self) -> Result<(Vec<OwnedFd>, Vec<RingIn>), NtStatus> {
+    fn finish(mut self) -> Result<Opened, NtStatus> {
         if self.rings.len() != self.cpus.len() {
             // No thread could be observed at all (the target is gone).
             return Err(NtStatus::INVALID_HANDLE);
         }
-        Ok((self.fds, self.rings))
+        self.tids.sort_unstable();
+        Ok(Opened {
+            fds: self.fds,
+            rings: self.rings,
+            tids: self.tids,
+        })
     }
 }
 

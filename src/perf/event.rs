@@ -167,15 +167,6 @@ pub fn set_period(fd: BorrowedFd<'_>, period: u64) -> Result<(), i32> {
     if rc < 0 { Err(last_errno()) } else { Ok(()) }
 }
 
-/// `PERF_EVENT_IOC_PERIOD` on a raw descriptor the caller keeps open for the duration of the call (the
-/// consumer's jitter: the API side closes a stream's descriptors only after the consumer acknowledged the
-/// stream's removal).
-pub fn set_period_raw(fd: std::os::fd::RawFd, period: u64) -> Result<(), i32> {
-    // SAFETY: the caller guarantees `fd` stays open across the call (see above).
-    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-    set_period(fd, period)
-}
-
 /// The calling thread's errno.
 pub fn last_errno() -> i32 {
     std::io::Error::last_os_error()
