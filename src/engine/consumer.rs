@@ -94,20 +94,33 @@ struct CStream {
     rings: Vec<CRing>,
     active: Vec<Active>,
     index: RangeIndex,
+    /// The started profiles changed since the index was built: rebuild it before matching the next sample.
+    stale: bool,
 }
 
 impl CStream {
+    /// The set of started profiles changed. The index is rebuilt lazily, before the next sample is matched:
+    /// a burst of starts or stops with no sample in between costs one rebuild, not one per call.
     fn rebuild_index(&mut self) {
-        let ranges: Vec<(u64, u64)> = self
-            .active
-            .iter()
-            .map(|a| (a.layout.base, a.layout.end()))
-            .collect();
-        self.index = RangeIndex::build(&ranges);
+        self.stale = true;
     }
 
     /// Drain every ring of the stream to empty and publish the statistics. The hot path.
     fn drain(&mut self) {
+        if self.stale {
+            if !self.rings.iter().any(|r| r.ring.has_data()) {
+                // Nothing to match: keep the rebuild for later. Never drain with a stale index (its slots
+                // would not match `active`).
+                return;
+            }
+            let ranges: Vec<(u64, u64)> = self
+                .active
+                .iter()
+                .map(|a| (a.layout.base, a.layout.end()))
+                .collect();
+            self.index = RangeIndex::build(&ranges);
+            self.stale = false;
+        }
         let CStream {
             rings,
             active,
@@ -215,6 +228,7 @@ impl Consumer {
                         rings: Vec::new(),
                         active: Vec::new(),
                         index: RangeIndex::default(),
+                        stale: false,
                     });
                 }
                 for r in rings {

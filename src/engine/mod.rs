@@ -14,6 +14,7 @@ pub(crate) mod fork;
 pub(crate) mod index;
 mod jitter;
 
+use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -72,15 +73,15 @@ struct ConsumerHandle {
 pub(crate) struct Engine {
     consumer: Option<ConsumerHandle>,
     streams: Vec<Stream>,
-    /// (profile id, stream id) of every started profile.
-    started: Vec<(u64, u64)>,
+    /// Stream id of every started profile, by profile id.
+    started: BTreeMap<u64, u64>,
     next_stream: u64,
 }
 
 static ENGINE: Mutex<Engine> = Mutex::new(Engine {
     consumer: None,
     streams: Vec::new(),
-    started: Vec::new(),
+    started: BTreeMap::new(),
     next_stream: 1,
 });
 
@@ -105,7 +106,7 @@ pub fn started_limit() -> usize {
 
 /// True when the profile is started.
 pub(crate) fn is_started(profile: u64) -> bool {
-    lock().started.iter().any(|(p, _)| *p == profile)
+    lock().started.contains_key(&profile)
 }
 
 /// Number of started profiles in this process.
@@ -116,7 +117,7 @@ pub fn started_count() -> usize {
 /// `NtStartProfile`'s work: open or grow the stream, publish the profile to the consumer, enable the events.
 pub(crate) fn start(core: &Arc<ProfileCore>) -> Result<(), NtStatus> {
     let mut eng = lock();
-    if eng.started.iter().any(|(p, _)| *p == core.id) {
+    if eng.started.contains_key(&core.id) {
         return Err(NtStatus::PROFILING_NOT_STOPPED);
     }
     if eng.started.len() >= started_limit() {
@@ -138,12 +139,10 @@ pub(crate) fn start(core: &Arc<ProfileCore>) -> Result<(), NtStatus> {
 /// stream, unpublish, and return only when the consumer can no longer touch the buffer.
 pub(crate) fn stop(core: &ProfileCore) -> Result<(), NtStatus> {
     let mut eng = lock();
-    let pos = eng
+    let stream = eng
         .started
-        .iter()
-        .position(|(p, _)| *p == core.id)
+        .remove(&core.id)
         .ok_or(NtStatus::PROFILING_NOT_STARTED)?;
-    let (_, stream) = eng.started.remove(pos);
     let result = eng.unpublish(stream, core.id);
     eng.shutdown_if_idle();
     result
@@ -522,9 +521,9 @@ impl Engine {
             }
         }
         self.streams[si].profiles += 1;
-        self.started.push((core.id, sid));
+        self.started.insert(core.id, sid);
         if let Some(status) = failed {
-            self.started.pop();
+            self.started.remove(&core.id);
             let _ = self.unpublish(sid, core.id);
             return Err(status);
         }

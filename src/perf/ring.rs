@@ -140,6 +140,13 @@ impl Ring {
         unsafe { std::ptr::read_volatile(self.base.add(off).cast::<u64>()) }
     }
 
+    /// True when records are waiting.
+    pub fn has_data(&self) -> bool {
+        // Acquire pairs with the kernel's release store of `data_head`; Relaxed for `data_tail`, which only this
+        // thread writes.
+        self.head().load(Ordering::Acquire) != self.tail().load(Ordering::Relaxed)
+    }
+
     /// Decode every record between `data_tail` and `data_head`, hand each to `sink`, then give the space back.
     /// Returns the number of records read. No allocation, no lock.
     #[inline]
