@@ -20,8 +20,8 @@ use ntprofile::{Profile, ProfileSource};
 const ITERS: u64 = 1_600_000_000;
 /// Sampling period for the ntprofile / perf comparison: 100 µs (interval 1000).
 const INTERVAL: u32 = 1000;
-/// Repetitions of each configuration, interleaved.
-const REPS: usize = 3;
+/// Rounds (each configuration once per round, interleaved).
+const REPS: usize = 9;
 
 #[inline(never)]
 fn work(iters: u64) -> u64 {
@@ -177,6 +177,43 @@ fn run(mode: &str, perf: Option<&str>) -> Option<Run> {
     })
 }
 
+/// Samples of a run: counted by ntprofile or profil, or (perf, whose count needs its report parsed) the
+/// thread's CPU time over the period.
+fn samples(r: &Run) -> f64 {
+    if r.samples > 0 {
+        r.samples as f64
+    } else {
+        r.thread_ns as f64 / (f64::from(INTERVAL) * 100.0)
+    }
+}
+
+/// One round of every configuration, with its own baseline.
+struct Round {
+    base: f64,
+    base_job: f64,
+    ntp: Run,
+    perf: Option<Run>,
+    ntp100: Run,
+    prof: Run,
+}
+
+impl Round {
+    /// What the profiled thread paid per sample (ns).
+    fn per_sample(&self, r: &Run) -> f64 {
+        (r.thread_ns as f64 - self.base) / samples(r)
+    }
+
+    /// What the whole job cost per sample (ns of CPU).
+    fn job_per_sample(&self, r: &Run) -> f64 {
+        (r.job_ns as f64 - self.base_job) / samples(r)
+    }
+
+    /// The profiled thread's overhead, in percent.
+    fn overhead(&self, r: &Run) -> f64 {
+        (r.thread_ns as f64 - self.base) / self.base * 100.0
+    }
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -199,95 +236,109 @@ fn main() {
     let data = std::env::temp_dir().join(format!("ntprof-bench-{}.data", std::process::id()));
     let data = data.to_string_lossy().into_owned();
     let started = Instant::now();
-    let (mut plain, mut ntp, mut perf, mut ntp100, mut prof) =
-        (vec![], vec![], vec![], vec![], vec![]);
+    // Rounds: each configuration once, between two unprofiled runs that give the round its own baseline, so a
+    // slow drift of the machine cancels out of the round's ratios. Reported: the median over the rounds, and
+    // the spread.
+    let mut rounds: Vec<Round> = Vec::new();
     for _ in 0..REPS {
-        plain.extend(run("plain", None));
-        ntp.extend(run("ntprofile", None));
-        if have_perf {
-            perf.extend(run("plain", Some(&data)));
+        let before = run("plain", None);
+        let ntp = run("ntprofile", None);
+        let perf = if have_perf {
+            run("plain", Some(&data))
+        } else {
+            None
+        };
+        let ntp100 = run("ntprofile-100hz", None);
+        let prof = run("profil", None);
+        let after = run("plain", None);
+        if let (Some(b), Some(a), Some(ntp), Some(ntp100), Some(prof)) =
+            (before, after, ntp, ntp100, prof)
+        {
+            rounds.push(Round {
+                base: (b.thread_ns + a.thread_ns) as f64 / 2.0,
+                base_job: (b.job_ns + a.job_ns) as f64 / 2.0,
+                ntp,
+                perf,
+                ntp100,
+                prof,
+            });
         }
-        ntp100.extend(run("ntprofile-100hz", None));
-        prof.extend(run("profil", None));
     }
     let _ = std::fs::remove_file(&data);
-    let base = median(plain.iter().map(|r| r.thread_ns as f64).collect());
-    let base_job = median(plain.iter().map(|r| r.job_ns as f64).collect());
-    // Samples of a perf run: its thread time / period (perf's own count needs parsing its report).
-    let samples = |r: &Run| {
-        if r.samples > 0 {
-            r.samples as f64
-        } else {
-            r.thread_ns as f64 / (f64::from(INTERVAL) * 100.0)
-        }
+    assert!(!rounds.is_empty(), "no complete round");
+    let stat = |v: Vec<f64>| {
+        let (lo, hi) = v
+            .iter()
+            .fold((f64::MAX, f64::MIN), |(l, h), x| (l.min(*x), h.max(*x)));
+        (median(v), lo, hi)
     };
-    let per_sample = |rs: &[Run]| {
-        median(
-            rs.iter()
-                .map(|r| (r.thread_ns as f64 - base) / samples(r))
-                .collect(),
-        )
-    };
-    let job_per_sample = |rs: &[Run]| {
-        median(
-            rs.iter()
-                .map(|r| (r.job_ns as f64 - base_job) / samples(r))
-                .collect(),
-        )
-    };
-
+    let base = median(rounds.iter().map(|r| r.base).collect());
     println!(
-        "workload: {ITERS} iterations, {:.3} s of thread CPU unprofiled; {REPS} interleaved runs each",
-        base / 1e9
+        "workload: {ITERS} iterations, {:.3} s of thread CPU unprofiled; {} rounds, each between two unprofiled runs",
+        base / 1e9,
+        rounds.len()
     );
-    let ntp_cost = per_sample(&ntp);
+    let (ntp_cost, ..) = stat(rounds.iter().map(|r| r.per_sample(&r.ntp)).collect());
     println!(
         "ntprofile @100 µs: {:.0} samples, profiled thread pays {:.2} µs/sample, consumer {:.0} ns/sample",
-        median(ntp.iter().map(samples).collect()),
+        median(rounds.iter().map(|r| samples(&r.ntp)).collect()),
         ntp_cost / 1e3,
         median(
-            ntp.iter()
-                .map(|r| r.consumer_ns as f64 / samples(r))
+            rounds
+                .iter()
+                .map(|r| r.ntp.consumer_ns as f64 / samples(&r.ntp))
                 .collect()
         )
     );
-    if have_perf && !perf.is_empty() {
-        let perf_cost = per_sample(&perf);
+    let with_perf: Vec<&Round> = rounds.iter().filter(|r| r.perf.is_some()).collect();
+    if !with_perf.is_empty() {
+        let perf_of = |r: &Round| r.perf.as_ref().map(|p| r.per_sample(p)).unwrap_or(f64::NAN);
+        let (perf_cost, ..) = stat(with_perf.iter().map(|r| perf_of(r)).collect());
         println!(
             "perf record @100 µs: profiled thread pays {:.2} µs/sample",
             perf_cost / 1e3
         );
-        println!(
-            "  ratio, profiled thread (ntprofile / perf record): {:.2}",
-            ntp_cost / perf_cost
+        let (m, lo, hi) = stat(
+            with_perf
+                .iter()
+                .map(|r| r.per_sample(&r.ntp) / perf_of(r))
+                .collect(),
         );
         println!(
-            "  ratio, whole job per sample (workload+consumer / workload+perf record+perf report): {:.2}",
-            job_per_sample(&ntp) / job_per_sample(&perf)
+            "  ratio, profiled thread (ntprofile / perf record): {m:.2} (rounds {lo:.2}..{hi:.2})"
+        );
+        let (m, lo, hi) = stat(
+            with_perf
+                .iter()
+                .map(|r| {
+                    r.job_per_sample(&r.ntp)
+                        / r.perf
+                            .as_ref()
+                            .map(|p| r.job_per_sample(p))
+                            .unwrap_or(f64::NAN)
+                })
+                .collect(),
+        );
+        println!(
+            "  ratio, whole job per sample (workload+consumer / workload+perf record+perf report): {m:.2} \
+             (rounds {lo:.2}..{hi:.2})"
         );
     } else {
         println!("perf record: not available (install linux-perf for this column)");
     }
     // At 100 Hz the per-sample cost is below the run-to-run noise of a 1 s workload: report each
     // configuration's overhead on the profiled thread instead, and what it delivers (samples).
-    let overhead = |rs: &[Run]| {
-        median(
-            rs.iter()
-                .map(|r| (r.thread_ns as f64 - base) / base * 100.0)
-                .collect(),
-        )
-    };
+    let (prof_over, plo, phi) = stat(rounds.iter().map(|r| r.overhead(&r.prof)).collect());
+    let (n100_over, nlo, nhi) = stat(rounds.iter().map(|r| r.overhead(&r.ntp100)).collect());
     println!(
-        "glibc profil() @100 Hz: {:.0} samples (16-bit counters), thread overhead {:+.2} %",
-        median(prof.iter().map(samples).collect()),
-        overhead(&prof)
+        "glibc profil() @100 Hz: {:.0} samples (16-bit counters), thread overhead {prof_over:+.2} % ({plo:+.2}..{phi:+.2})",
+        median(rounds.iter().map(|r| samples(&r.prof)).collect())
     );
     println!(
-        "ntprofile @100 Hz: {:.0} samples, thread overhead {:+.2} %; ntprofile @10 kHz: {:.0} samples, {:+.2} %",
-        median(ntp100.iter().map(samples).collect()),
-        overhead(&ntp100),
-        median(ntp.iter().map(samples).collect()),
-        overhead(&ntp)
+        "ntprofile @100 Hz: {:.0} samples, thread overhead {n100_over:+.2} % ({nlo:+.2}..{nhi:+.2}); \
+         ntprofile @10 kHz: {:+.2} %",
+        median(rounds.iter().map(|r| samples(&r.ntp100)).collect()),
+        median(rounds.iter().map(|r| r.overhead(&r.ntp)).collect())
     );
     println!("(measured in {:.1} s)", started.elapsed().as_secs_f64());
 }

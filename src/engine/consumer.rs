@@ -20,9 +20,13 @@ use crate::perf::ring::{Record, Ring};
 use crate::perf::sys::{EMPTY_EVENT, EPOLLHUP, Epoll, Waker};
 use crate::profile::{ProfileCore, ProfileStats};
 
-/// How long the consumer sleeps without a wake-up before it drains anyway (keeps live counts fresh and
-/// catches rings whose poll readiness was already reported).
+/// How long the consumer sleeps without a wake-up before it drains anyway while samples flow: counts in a
+/// caller's buffer are at most this late (the ring's watermark wakes it earlier under load).
 pub(crate) const DRAIN_INTERVAL_MS: i32 = 20;
+/// The longest sleep when passes find nothing (an idle process with started profiles): the timeout doubles
+/// from `DRAIN_INTERVAL_MS` up to this while rings stay empty, and drops back at the first record. Each wake-up
+/// costs tens of microseconds on a VM; an idle profile should not cost 50 of them a second.
+pub(crate) const IDLE_DRAIN_INTERVAL_MS: i32 = 200;
 
 /// The epoll token of the wake-up eventfd.
 const WAKER_TOKEN: u64 = u64::MAX;
@@ -105,13 +109,14 @@ impl CStream {
         self.stale = true;
     }
 
-    /// Drain every ring of the stream to empty and publish the statistics. The hot path.
-    fn drain(&mut self) {
+    /// Drain every ring of the stream to empty and publish the statistics; returns the records read. The hot
+    /// path.
+    fn drain(&mut self) -> u64 {
         if self.stale {
             if !self.rings.iter().any(|r| r.ring.has_data()) {
                 // Nothing to match: keep the rebuild for later. Never drain with a stale index (its slots
                 // would not match `active`).
-                return;
+                return 0;
             }
             let ranges: Vec<(u64, u64)> = self
                 .active
@@ -127,10 +132,11 @@ impl CStream {
             index,
             ..
         } = self;
+        let mut records = 0;
         for r in rings.iter_mut() {
             let cpu = r.cpu;
             let (mut samples, mut lost, mut throttled) = (0u64, 0u64, 0u64);
-            r.ring.drain(|rec| match rec {
+            records += r.ring.drain(|rec| match rec {
                 Record::Sample { ip, .. } => {
                     samples += 1;
                     for &slot in index.lookup(ip) {
@@ -163,6 +169,7 @@ impl CStream {
                 a.seen = 0;
             }
         }
+        records
     }
 }
 
@@ -189,8 +196,9 @@ impl Consumer {
     /// The loop: wait, drain every ring, then answer requests. Returns on `Exit` or when every sender is gone.
     pub(crate) fn run(mut self) {
         let mut events = [EMPTY_EVENT; 64];
+        let mut timeout = DRAIN_INTERVAL_MS;
         loop {
-            let n = self.epoll.wait(&mut events, DRAIN_INTERVAL_MS);
+            let n = self.epoll.wait(&mut events, timeout);
             for ev in &events[..n] {
                 let (token, flags) = (ev.u64, ev.events);
                 if token == WAKER_TOKEN {
@@ -201,9 +209,15 @@ impl Consumer {
                     self.epoll.remove(token as RawFd);
                 }
             }
+            let mut records = 0;
             for s in self.streams.iter_mut() {
-                s.drain();
+                records += s.drain();
             }
+            timeout = if records > 0 {
+                DRAIN_INTERVAL_MS
+            } else {
+                (timeout * 2).min(IDLE_DRAIN_INTERVAL_MS)
+            };
             loop {
                 match self.rx.try_recv() {
                     Ok(Msg::Exit) => return,
