@@ -35,10 +35,12 @@ pub(super) fn run(wake: Receiver<()>) {
 impl Engine {
     /// Draw a new period for every jittered stream whose window is over; returns the time to the next draw.
     ///
-    /// A window lasts at least 16 periods (and 20 ms): a new period restarts the running one (the kernel sets
+    /// A window lasts 16 periods on average (at least 10 ms, random in length): a new period restarts the
+    /// running one (the kernel sets
     /// `period_left` to 0), wasting half a period on average, so windows are long and timers are sped up by
     /// half a period per window to make up for it. The sample *rate* is drawn uniformly in `[1 - j, 1 + j]`
-    /// times the base rate, so the mean rate is the interval's.
+    /// times the base rate, in antithetic pairs (a draw `1 + d` is followed by `1 - d`), so the mean rate is the
+    /// interval's over every two windows, not only on average, while the phase still moves at random.
     pub(super) fn jitter_tick(&mut self, now: Instant, rng: &mut u64) -> Duration {
         let mut next = Duration::from_secs(1);
         for si in 0..self.streams.len() {
@@ -57,7 +59,15 @@ impl Engine {
             };
             if now >= due {
                 let j = f64::from(percent) / 100.0;
-                let u = 1.0 + j * (2.0 * next_unit(rng) - 1.0);
+                let d = match self.streams[si].jitter_pair.take() {
+                    Some(d) => -d,
+                    None => {
+                        let d = j * (2.0 * next_unit(rng) - 1.0);
+                        self.streams[si].jitter_pair = Some(d);
+                        d
+                    }
+                };
+                let u = 1.0 + d;
                 let comp = if time_based {
                     1.0 + base as f64 / (2.0 * window.as_nanos() as f64)
                 } else {
@@ -65,8 +75,11 @@ impl Engine {
                 };
                 let period = ((base as f64) / (u * comp)).round().max(1.0) as u64;
                 self.apply_period(si, period);
-                self.streams[si].jitter_next = Some(now + window);
-                next = next.min(window);
+                // The window's length is random too (0.5 to 1.5 times): a redraw restarts the running period, and
+                // redraws at a fixed spacing would restart it at a fixed phase of a periodic workload.
+                let this_window = window.mul_f64(0.5 + next_unit(rng));
+                self.streams[si].jitter_next = Some(now + this_window);
+                next = next.min(this_window);
             } else {
                 next = next.min(due - now);
             }

@@ -59,6 +59,8 @@ struct Stream {
     tids: Vec<i32>,
     /// When the jitter thread draws this stream's next period (`None`: the period is fixed).
     jitter_next: Option<std::time::Instant>,
+    /// The first half of an antithetic pair of draws, waiting for its mirror.
+    jitter_pair: Option<f64>,
 }
 
 struct ConsumerHandle {
@@ -457,6 +459,7 @@ impl Engine {
                     profiles: 0,
                     tids: Vec::new(),
                     jitter_next: None,
+                    jitter_pair: None,
                 });
                 self.streams.len() - 1
             }
