@@ -587,13 +587,18 @@ fn stop_is_a_barrier_and_every_sample_is_accounted_for() {
     // disabled somewhere inside stop(): the spinners' CPU time from after start() to before stop() gives a lower
     // bound, from before start() to after stop() an upper bound.
     //
+    // (This bound cannot be exact for a timer: the kernel keeps no count of the expiries it drops in kernel
+    // mode. The exact check, equality with the kernel's own count, is on the count path: tests/accounting.rs.
+    // Losses inside the library are caught exactly here by `lost == 0` and by the barrier comparison below.)
+    //
     // Tolerance, below: the spinners' CPU time includes some kernel-mode time (context switches, scheduler
     // ticks, the wake-ups of the library's consumer thread and of other work on this 2-CPU machine) whose timer
     // expiries are dropped by exclude_kernel. Measured on this VM: `perf record -e cpu-clock -c 100000` of a
     // spinner under load found 0.5-1.1% of its samples in the kernel while its all-mode sample count matched
     // CPU time / period within 0.3%; in this test, counted + outside + lost came out 1-2.5% below the lower
-    // bound, the same at 50 µs, 100 µs and 1 ms periods (so it is not a loss that grows with the sample rate).
-    // Hence 5%. Above: 3%, for clock granularity; a sample counted twice would be far outside either. Plus a
+    // bound, the same at 50 µs, 100 µs and 1 ms periods (so it is not a loss that grows with the sample rate),
+    // and once, in a full-suite run on the loaded 2-CPU machine, just past 5% (more preemption, more kernel
+    // time on the spinners' clocks). Hence 7%. Above: 3%, for clock granularity; a sample counted twice would be far outside either. Plus a
     // few samples per thread: each spinner's timer may be a period out of phase on each CPU at each end, and the
     // other threads of the process (the harness, this thread while it sleeps, tests blocked on SERIAL) spend
     // next to no time in user mode: 5 samples each for up to 8 threads. The consumer thread is never profiled.
@@ -615,7 +620,7 @@ fn stop_is_a_barrier_and_every_sample_is_accounted_for() {
         "the spinners got too little CPU time: {expect_lo} periods"
     );
     let slack_per_thread = 5;
-    let lo_bound = expect_lo * 95 / 100 - 2 * slack_per_thread;
+    let lo_bound = expect_lo * 93 / 100 - 2 * slack_per_thread;
     let hi_bound = expect_hi * 103 / 100 + 8 * slack_per_thread;
     assert!(
         (lo_bound..=hi_bound).contains(&seen),
