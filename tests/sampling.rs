@@ -598,7 +598,8 @@ fn stop_is_a_barrier_and_every_sample_is_accounted_for() {
     // CPU time / period within 0.3%; in this test, counted + outside + lost came out 1-2.5% below the lower
     // bound, the same at 50 µs, 100 µs and 1 ms periods (so it is not a loss that grows with the sample rate),
     // and once, in a full-suite run on the loaded 2-CPU machine, just past 5% (more preemption, more kernel
-    // time on the spinners' clocks). Hence 7%. Above: 3%, for clock granularity; a sample counted twice would be far outside either. Plus a
+    // time on the spinners' clocks). Hence 7%. Above: 3%, for clock granularity; a sample counted twice would
+    // be far outside either. Plus a
     // few samples per thread: each spinner's timer may be a period out of phase on each CPU at each end, and the
     // other threads of the process (the harness, this thread while it sleeps, tests blocked on SERIAL) spend
     // next to no time in user mode: 5 samples each for up to 8 threads. The consumer thread is never profiled.
