@@ -82,6 +82,14 @@ typedef ULONG_PTR KAFFINITY, *PKAFFINITY;
 typedef PVOID HANDLE, *PHANDLE;
 typedef LONG NTSTATUS, *PNTSTATUS;
 typedef ULONG ACCESS_MASK, *PACCESS_MASK;
+typedef char CHAR, *PCHAR, *PSTR;
+typedef const char *PCSTR;
+typedef int16_t SHORT, *PSHORT;
+typedef int64_t LONG64, *PLONG64;
+typedef uint64_t ULONG64, *PULONG64;
+#ifndef VOID
+#define VOID void
+#endif
 
 #ifndef TRUE
 #define TRUE 1
