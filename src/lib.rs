@@ -34,7 +34,6 @@ pub mod affinity;
 mod api;
 pub mod buckets;
 pub mod engine;
-#[allow(unsafe_code)]
 pub mod ffi;
 #[allow(unsafe_code)]
 mod perf;

@@ -7,5 +7,4 @@
 #[allow(unsafe_code)]
 pub mod exports;
 pub(crate) mod handles;
-#[allow(unsafe_code)]
 pub(crate) mod probe;
