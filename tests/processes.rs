@@ -712,7 +712,12 @@ fn helper_nofile() {
     let pid = env_u32("NTPROFILE_PROCESSES_PID");
     let base = u64::from(env_u32("NTPROFILE_PROCESSES_BASE"));
     let size = u64::from(env_u32("NTPROFILE_PROCESSES_SIZE"));
-    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, 64, 64)
+    // Soft limit 64; the hard limit 64 too unless the test asks for room to raise it.
+    let hard: u64 = std::env::var("NTPROFILE_PROCESSES_HARD")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64);
+    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, 64, hard)
         .expect("setrlimit RLIMIT_NOFILE 64");
     let (soft, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
         .expect("getrlimit");
@@ -732,6 +737,9 @@ fn helper_nofile() {
     let s = profile.start();
     report_status("start", s);
     report("fds_after_start", open_fds());
+    let (soft_now, _) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .expect("getrlimit");
+    report("limit_soft_after_start", soft_now);
     if s == NtStatus::SUCCESS {
         profile.stop();
     }
@@ -1449,6 +1457,34 @@ fn every_thread_of_a_200_thread_process_counts_and_descriptor_exhaustion_is_clea
         result_u64(&r, "fds_after_close"),
         result_u64(&r, "fds_before"),
         "descriptors left after closing everything"
+    );
+
+    // With room under the hard limit, the start raises the soft limit instead of failing.
+    let mut command = Command::new(std::env::current_exe().expect("current_exe"));
+    command
+        .args(HELPER_ARGS)
+        .env(HELPER_ENV, "nofile")
+        .env("NTPROFILE_PROCESSES_HARD", "4096")
+        .env("NTPROFILE_PROCESSES_PID", target.pid().to_string())
+        .env("NTPROFILE_PROCESSES_BASE", range.0.to_string())
+        .env("NTPROFILE_PROCESSES_SIZE", (range.1 - range.0).to_string());
+    let r = run_helper(command);
+    note(format!("RLIMIT_NOFILE helper, hard limit 4096: {r:?}"));
+    assert_eq!(r["limit_soft"], "64");
+    assert_eq!(
+        result_status(&r, "start"),
+        NtStatus::SUCCESS,
+        "a start that needs {} descriptors raises the soft limit toward the hard one",
+        2 * (THREADS + 1)
+    );
+    assert!(
+        result_u64(&r, "limit_soft_after_start") > 2 * (THREADS as u64 + 1),
+        "the soft limit went up: {r:?}"
+    );
+    assert_eq!(
+        result_u64(&r, "fds_after_close"),
+        result_u64(&r, "fds_before"),
+        "descriptors back after stop and close"
     );
     assert_eq!(result_status(&r, "close_profile"), NtStatus::SUCCESS);
     assert_eq!(result_status(&r, "close_process"), NtStatus::SUCCESS);
