@@ -3,6 +3,8 @@
 //! profile's numbers can be checked for equality, not within a tolerance (the timer has no such independent
 //! count: see tests/sampling.rs).
 
+mod common;
+
 use std::sync::Mutex;
 
 use ntprofile::{Profile, ProfileSource};
@@ -22,19 +24,7 @@ fn touch(base: *mut u8, pages: usize) {
     }
 }
 
-unsafe extern "C" {
-    static __start_ntp_acct_touch: u8;
-    static __stop_ntp_acct_touch: u8;
-}
-
-fn touch_range() -> (usize, usize) {
-    // Linker-provided symbols: only their addresses are taken (no read, so no unsafe).
-    let (a, b) = (
-        &raw const __start_ntp_acct_touch as usize,
-        &raw const __stop_ntp_acct_touch as usize,
-    );
-    (a, b - a)
-}
+section_range!(touch_range, "ntp_acct_touch");
 
 fn fresh(pages: usize) -> *mut u8 {
     // SAFETY: a new private anonymous mapping; no existing memory is touched.

@@ -4,6 +4,8 @@
 //!
 //! One test function only: the snapshots are of the whole process, so nothing else may run beside it.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
@@ -46,33 +48,8 @@ fn snapshot() -> Snapshot {
     Snapshot { fds, threads, maps }
 }
 
-#[inline(never)]
-#[unsafe(link_section = "ntp_leak_hot")]
-fn hot(mut x: u64, n: u64) -> u64 {
-    let mut i = 0u64;
-    while i < n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x ^= 0x61;
-        i += 1;
-    }
-    x
-}
-
-unsafe extern "C" {
-    static __start_ntp_leak_hot: u8;
-    static __stop_ntp_leak_hot: u8;
-}
-
-/// The profiled range: the hot function's own section.
-fn range() -> (usize, usize) {
-    let (start, end) = (
-        &raw const __start_ntp_leak_hot as usize,
-        &raw const __stop_ntp_leak_hot as usize,
-    );
-    (start, end - start)
-}
+// The hot function, alone in its own section: the profiled range is the section, exactly.
+hot_in_section!(hot, range, "ntp_leak_hot", 0x61);
 
 /// Run the hot function for about `d` so that samples flow through the rings while a profile is started.
 fn work(d: Duration) {

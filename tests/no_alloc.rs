@@ -10,6 +10,8 @@
 //! counts the consumer wrote *during* the window can be read without calling the library (no sync request, no
 //! allocation of ours), and one through the Rust API.
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -56,24 +58,7 @@ static ALLOCATOR: Counting = Counting;
 
 // The hot function, alone in its own section so that the linker's __start_/__stop_ symbols bound it exactly
 // (see tests/sampling.rs for the reasoning). A xorshift chain: no calls, no allocation, in any build.
-#[inline(never)]
-#[unsafe(link_section = "ntp_na_hot")]
-fn hot(mut x: u64, n: u64) -> u64 {
-    let mut i = 0u64;
-    while i < n {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x ^= 0x51;
-        i += 1;
-    }
-    x
-}
-
-unsafe extern "C" {
-    static __start_ntp_na_hot: u8;
-    static __stop_ntp_na_hot: u8;
-}
+hot_in_section!(hot, hot_range, "ntp_na_hot", 0x51);
 
 const CHUNK: u64 = 100_000;
 
@@ -109,16 +94,13 @@ fn thread_cpu_ns() -> u64 {
 }
 
 fn main() {
-    let (start, end) = (
-        &raw const __start_ntp_na_hot as usize,
-        &raw const __stop_ntp_na_hot as usize,
-    );
+    let (start, size) = hot_range();
+    let end = start + size;
     let f = hot as *const () as usize;
     assert!(
         start <= f && f < end && end - start < 4096,
         "hot {f:#x} in [{start:#x}, {end:#x})"
     );
-    let size = end - start;
 
     assert_eq!(
         ntprofile::set_interval(ProfileSource::Time, 1000),

@@ -1,0 +1,44 @@
+//! Helpers shared by the integration tests (each test file is a crate of its own and says `mod common;`).
+
+/// `section_range!(range, "sec")` defines `fn range() -> (base, size)`: the exact extent of linker section
+/// `sec`, from the `__start_sec` / `__stop_sec` symbols the linker provides for a section whose name is a C
+/// identifier. Only the symbols' addresses are taken.
+#[macro_export]
+macro_rules! section_range {
+    ($range:ident, $sec:literal) => {
+        fn $range() -> (usize, usize) {
+            unsafe extern "C" {
+                #[link_name = concat!("__start_", $sec)]
+                static START: u8;
+                #[link_name = concat!("__stop_", $sec)]
+                static STOP: u8;
+            }
+            let (start, end) = (&raw const START as usize, &raw const STOP as usize);
+            (start, end - start)
+        }
+    };
+}
+
+/// `hot_in_section!(hot, range, "sec", salt)` defines `fn hot(x: u64, n: u64) -> u64`, `n` rounds of a
+/// xorshift chain with no call in its loop (so every sample of a thread spinning in it lands inside it, in
+/// debug and release builds alike), alone in linker section `sec`, and `fn range()` as `section_range!`.
+/// Distinct salts keep the linker from folding two such functions into one.
+#[macro_export]
+macro_rules! hot_in_section {
+    ($hot:ident, $range:ident, $sec:literal, $salt:expr) => {
+        #[inline(never)]
+        #[unsafe(link_section = $sec)]
+        fn $hot(mut x: u64, n: u64) -> u64 {
+            let mut i = 0u64;
+            while i < n {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x ^= $salt;
+                i += 1;
+            }
+            x
+        }
+        $crate::section_range!($range, $sec);
+    };
+}
