@@ -18,9 +18,16 @@ const PAGE: usize = 4096;
 #[inline(never)]
 #[unsafe(link_section = "ntp_acct_touch")]
 fn touch(base: *mut u8, pages: usize) {
-    for i in 0..pages {
+    // The store itself must be an instruction of this function in every build: in a debug build `ptr::add` and
+    // `write_volatile` are calls, and the fault would be taken in them, outside the section. So the address is
+    // plain integer arithmetic and the store a plain store (the mapping is handed to munmap afterwards, so the
+    // stores cannot be optimised away).
+    let mut i = 0;
+    while i < pages {
+        let page = (base as usize + i * PAGE) as *mut u8;
         // SAFETY: `base` is a private anonymous mapping of `pages` pages (see `fresh`).
-        unsafe { std::ptr::write_volatile(base.add(i * PAGE), 1) };
+        unsafe { *page = 1 };
+        i += 1;
     }
 }
 
