@@ -95,8 +95,16 @@ pub fn open(params: &EventParams, tid: i32, cpu: usize) -> Result<OwnedFd, i32> 
 /// # Errors
 /// The errno of the last `perf_event_open(2)` tried.
 pub fn open_precise(params: &mut EventParams, tid: i32, cpu: usize) -> Result<OwnedFd, i32> {
+    step_down_precise(params, |p| open(p, tid, cpu))
+}
+
+/// The step-down of `open_precise`, apart from the system call (so that it can be tested without a PMU).
+fn step_down_precise<T>(
+    params: &mut EventParams,
+    mut try_open: impl FnMut(&EventParams) -> Result<T, i32>,
+) -> Result<T, i32> {
     loop {
-        match open(params, tid, cpu) {
+        match try_open(params) {
             Err(libc::EINVAL | libc::EOPNOTSUPP) if params.precise_ip > 0 => params.precise_ip -= 1,
             other => return other,
         }
@@ -172,4 +180,70 @@ pub fn last_errno() -> i32 {
     std::io::Error::last_os_error()
         .raw_os_error()
         .unwrap_or(libc::EIO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn params(precise_ip: u8) -> EventParams {
+        EventParams {
+            spec: PerfEventSpec {
+                type_: 0,
+                config: 0,
+                config1: 0,
+                config2: 0,
+                name: "cpu-cycles",
+            },
+            period: 65_536,
+            exclude_kernel: true,
+            sample_tid: false,
+            inherit_threads: true,
+            wakeup_watermark: 4096,
+            precise_ip,
+        }
+    }
+
+    #[test]
+    fn precise_ip_steps_down_to_what_the_pmu_accepts() {
+        // A PMU that takes at most precise_ip 1 (EOPNOTSUPP above, as x86 without PEBS answers).
+        let mut p = params(3);
+        let mut tried = Vec::new();
+        let r = step_down_precise(&mut p, |q| {
+            tried.push(q.precise_ip);
+            if q.precise_ip > 1 {
+                Err(libc::EOPNOTSUPP)
+            } else {
+                Ok(q.precise_ip)
+            }
+        });
+        assert_eq!(r, Ok(1));
+        assert_eq!(tried, [3, 2, 1]);
+        assert_eq!(
+            p.precise_ip, 1,
+            "the stream's other events use the level that worked"
+        );
+    }
+
+    #[test]
+    fn other_errors_and_level_zero_are_final() {
+        // No PMU at all: ENOENT at the first try, no step-down.
+        let mut p = params(3);
+        let mut n = 0;
+        assert_eq!(
+            step_down_precise(&mut p, |_| -> Result<(), i32> {
+                n += 1;
+                Err(libc::ENOENT)
+            }),
+            Err(libc::ENOENT)
+        );
+        assert_eq!(n, 1);
+        // EINVAL at every level: the answer at level 0 is final.
+        let mut p = params(2);
+        assert_eq!(
+            step_down_precise(&mut p, |_| -> Result<(), i32> { Err(libc::EINVAL) }),
+            Err(libc::EINVAL)
+        );
+        assert_eq!(p.precise_ip, 0);
+    }
 }
