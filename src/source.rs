@@ -2,7 +2,7 @@
 //! the perf event behind each (`../shared/spec/linux-mapping.md` section 2), interval units, defaults and limits,
 //! and the per-source interval table shared by every profile of a source (spec section 6).
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::status::NtStatus;
 
@@ -270,6 +270,14 @@ impl ProfileSource {
 
     /// Static interval limits (the timer's run-time floor is applied by [`ProfileSource::min_interval`]).
     pub fn limits(self) -> IntervalLimits {
+        if self == ProfileSource::AlignmentFixup {
+            // Special in Windows: its interval is only stored and read back, whatever the value.
+            return IntervalLimits {
+                default: 1,
+                min: 0,
+                max: u32::MAX,
+            };
+        }
         match self.interval_unit() {
             IntervalUnit::Events if matches!(self, ProfileSource::Registered(_)) => {
                 IntervalLimits {
@@ -325,7 +333,8 @@ impl ProfileSource {
     pub fn period_for(self, interval: u32) -> u64 {
         match self.interval_unit() {
             IntervalUnit::Time100ns => interval as u64 * 100,
-            IntervalUnit::Events => interval as u64,
+            // A period of 0 would turn sampling off (AlignmentFixup stores any value): at least every event.
+            IntervalUnit::Events => (interval as u64).max(1),
         }
     }
 
@@ -351,7 +360,10 @@ fn read_max_sample_rate() -> Option<u64> {
 
 /// The per-source interval table of this process: what `NtSetIntervalProfile` stored (0 = never set: the
 /// default). Shared by every profile of a source, as NT's per-source interval.
-static INTERVALS: [AtomicU32; TABLE_SIZE] = [const { AtomicU32::new(0) }; TABLE_SIZE];
+static INTERVALS: [AtomicU64; TABLE_SIZE] = [const { AtomicU64::new(0) }; TABLE_SIZE];
+
+/// Marks a stored interval in `INTERVALS` (0 there means "never set": the default); any u32 can be stored.
+const STORED: u64 = 1 << 32;
 
 /// Slots reserved for the built-in sources in the per-source tables.
 const BUILTIN_SLOTS: usize = 64;
@@ -380,7 +392,7 @@ fn stored_interval(source: ProfileSource) -> u32 {
     // Relaxed: the value is self-contained; the engine re-reads it under its own lock when it programs events.
     match INTERVALS[source.table_index()].load(Ordering::Relaxed) {
         0 => source.limits().default,
-        v => v,
+        v => v as u32,
     }
 }
 
@@ -393,7 +405,7 @@ pub fn effective_interval(source: ProfileSource) -> u32 {
 pub(crate) fn store_interval(source: ProfileSource, interval: u32) -> u32 {
     let clamped = source.clamp_interval(interval);
     // Relaxed: see `stored_interval`.
-    INTERVALS[source.table_index()].store(clamped, Ordering::Relaxed);
+    INTERVALS[source.table_index()].store(STORED | u64::from(clamped), Ordering::Relaxed);
     clamped
 }
 
@@ -616,6 +628,17 @@ mod tests {
             !bogus.support().is_supported(),
             "its own support answer, not ProfileTime's"
         );
+    }
+
+    #[test]
+    fn alignment_fixup_interval_is_stored_and_read_back() {
+        let s = ProfileSource::AlignmentFixup;
+        for v in [0, 1, 12345, u32::MAX] {
+            assert_eq!(store_interval(s, v), v);
+            assert_eq!(effective_interval(s), v);
+        }
+        assert_eq!(s.period_for(0), 1, "sampling stays on");
+        store_interval(s, 1);
     }
 
     #[test]
