@@ -7,6 +7,8 @@
 //! touches the interval therefore holds [`SERIAL`], and each test spins in its own hot function, which lives
 //! alone in its own linker section so that its address range is exact (see [`hot_fn!`]).
 
+mod common;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 use std::thread::{self, JoinHandle};
@@ -28,33 +30,21 @@ use ntprofile::{NtStatus, Profile, ProfileSource};
 /// so every sample of a thread spinning in it lands inside the section. The salt makes every body different, so
 /// that no two are merged into one address.
 macro_rules! hot_fn {
-    ($name:ident, $section:literal, $start:ident, $stop:ident, $salt:expr) => {
-        #[inline(never)]
-        #[unsafe(link_section = $section)]
-        fn $name(mut x: u64, n: u64) -> u64 {
-            let mut i = 0u64;
-            while i < n {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x ^= $salt;
-                i += 1;
-            }
-            x
-        }
-
-        unsafe extern "C" {
-            static $start: u8;
-            static $stop: u8;
-        }
-
+    ($name:ident, $section:literal, $salt:expr) => {
         impl Hot {
             #[allow(non_upper_case_globals)]
-            const $name: Hot = Hot {
-                f: $name,
-                // Only the addresses of the linker-defined symbols are taken (safe), never their contents.
-                bounds: || (&raw const $start as usize, &raw const $stop as usize),
-                name: stringify!($name),
+            const $name: Hot = {
+                // The function and its section's range (tests/common), declared inside this constant so that
+                // every invocation gets its own.
+                hot_in_section!(hot, section, $section, $salt);
+                Hot {
+                    f: hot,
+                    bounds: || {
+                        let (start, size) = section();
+                        (start, start + size)
+                    },
+                    name: stringify!($name),
+                }
             };
         }
     };
@@ -106,69 +96,15 @@ impl Hot {
     }
 }
 
-hot_fn!(
-    hot_pre,
-    "ntp_s_pre",
-    __start_ntp_s_pre,
-    __stop_ntp_s_pre,
-    0x01
-);
-hot_fn!(
-    hot_post,
-    "ntp_s_post",
-    __start_ntp_s_post,
-    __stop_ntp_s_post,
-    0x02
-);
-hot_fn!(
-    hot_cpu0,
-    "ntp_s_cpu0",
-    __start_ntp_s_cpu0,
-    __stop_ntp_s_cpu0,
-    0x03
-);
-hot_fn!(
-    hot_cpu1,
-    "ntp_s_cpu1",
-    __start_ntp_s_cpu1,
-    __stop_ntp_s_cpu1,
-    0x04
-);
-hot_fn!(
-    hot_acct_a,
-    "ntp_s_acct_a",
-    __start_ntp_s_acct_a,
-    __stop_ntp_s_acct_a,
-    0x05
-);
-hot_fn!(
-    hot_acct_b,
-    "ntp_s_acct_b",
-    __start_ntp_s_acct_b,
-    __stop_ntp_s_acct_b,
-    0x06
-);
-hot_fn!(
-    hot_restart,
-    "ntp_s_restart",
-    __start_ntp_s_restart,
-    __stop_ntp_s_restart,
-    0x08
-);
-hot_fn!(
-    hot_dup,
-    "ntp_s_dup",
-    __start_ntp_s_dup,
-    __stop_ntp_s_dup,
-    0x09
-);
-hot_fn!(
-    hot_rate,
-    "ntp_s_rate",
-    __start_ntp_s_rate,
-    __stop_ntp_s_rate,
-    0x0a
-);
+hot_fn!(hot_pre, "ntp_s_pre", 0x01);
+hot_fn!(hot_post, "ntp_s_post", 0x02);
+hot_fn!(hot_cpu0, "ntp_s_cpu0", 0x03);
+hot_fn!(hot_cpu1, "ntp_s_cpu1", 0x04);
+hot_fn!(hot_acct_a, "ntp_s_acct_a", 0x05);
+hot_fn!(hot_acct_b, "ntp_s_acct_b", 0x06);
+hot_fn!(hot_restart, "ntp_s_restart", 0x08);
+hot_fn!(hot_dup, "ntp_s_dup", 0x09);
+hot_fn!(hot_rate, "ntp_s_rate", 0x0a);
 
 /// Iterations per call of a hot function: a fraction of a millisecond in release builds, a few in debug builds,
 /// so a spinner notices its stop flag quickly and spends almost all its time inside the section.
