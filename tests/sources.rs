@@ -17,6 +17,8 @@
 //! Each sampled function lives alone in a linker section of its own, so its address range is exact and no two
 //! ranges overlap (see [`section!`]). Run with `--nocapture` to see the figures each test measured.
 
+mod common;
+
 use std::ffi::c_void;
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -78,13 +80,11 @@ impl Drop for Restore {
 /// in debug and release builds alike (a guessed size such as "256 bytes from the address" can reach into the
 /// next function).
 macro_rules! section {
-    ($start:ident, $stop:ident) => {{
-        unsafe extern "C" {
-            static $start: u8;
-            static $stop: u8;
-        }
-        // Only the addresses of the linker-defined symbols are taken, never their contents.
-        (&raw const $start as usize, &raw const $stop as usize)
+    ($sec:literal) => {{
+        // tests/common: the section's extent from the linker's __start_/__stop_ symbols.
+        section_range!(bounds, $sec);
+        let (start, size) = bounds();
+        (start, start + size)
     }};
 }
 
@@ -185,56 +185,32 @@ fn touch_pages(base: *mut u8, pages: usize, page: usize) {
 
 fn spin_pre_range() -> (usize, usize) {
     let f = spin_pre as fn(u64, u64) -> u64 as usize;
-    exact_range(
-        "spin_pre",
-        f,
-        section!(__start_ntp_src_spin_pre, __stop_ntp_src_spin_pre),
-    )
+    exact_range("spin_pre", f, section!("ntp_src_spin_pre"))
 }
 
 fn spin_post_range() -> (usize, usize) {
     let f = spin_post as fn(u64, u64) -> u64 as usize;
-    exact_range(
-        "spin_post",
-        f,
-        section!(__start_ntp_src_spin_post, __stop_ntp_src_spin_post),
-    )
+    exact_range("spin_post", f, section!("ntp_src_spin_post"))
 }
 
 fn spin_hw_range() -> (usize, usize) {
     let f = spin_hw as fn(u64, u64) -> u64 as usize;
-    exact_range(
-        "spin_hw",
-        f,
-        section!(__start_ntp_src_spin_hw, __stop_ntp_src_spin_hw),
-    )
+    exact_range("spin_hw", f, section!("ntp_src_spin_hw"))
 }
 
 fn phase_a_range() -> (usize, usize) {
     let f = phase_a as fn(u64, Instant) -> u64 as usize;
-    exact_range(
-        "phase_a",
-        f,
-        section!(__start_ntp_src_phase_a, __stop_ntp_src_phase_a),
-    )
+    exact_range("phase_a", f, section!("ntp_src_phase_a"))
 }
 
 fn phase_b_range() -> (usize, usize) {
     let f = phase_b as fn(u64, Instant) -> u64 as usize;
-    exact_range(
-        "phase_b",
-        f,
-        section!(__start_ntp_src_phase_b, __stop_ntp_src_phase_b),
-    )
+    exact_range("phase_b", f, section!("ntp_src_phase_b"))
 }
 
 fn touch_range() -> (usize, usize) {
     let f = touch_pages as fn(*mut u8, usize, usize) as usize;
-    exact_range(
-        "touch_pages",
-        f,
-        section!(__start_ntp_src_touch, __stop_ntp_src_touch),
-    )
+    exact_range("touch_pages", f, section!("ntp_src_touch"))
 }
 
 /// A stopped profile of `source` over `range`, 16-byte buckets, every CPU.
