@@ -152,14 +152,7 @@ fn thread_cpu_ns(thread: libc::pthread_t) -> u64 {
     // SAFETY: `thread` is a live thread of this process (its JoinHandle is held); `clock` is a valid out-pointer.
     let rc = unsafe { libc::pthread_getcpuclockid(thread, &mut clock) };
     assert_eq!(rc, 0, "pthread_getcpuclockid");
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer.
-    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime");
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    common::clock_ns(clock)
 }
 
 /// A thread spinning in one hot function until dropped (dropping also stops it when an assertion fails, so a

@@ -732,17 +732,7 @@ fn own_cpu_clock() -> libc::clockid_t {
     clock
 }
 
-/// Nanoseconds on `clock`.
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer.
-    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime");
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use common::clock_ns;
 
 /// A spinning thread's CPU clock, published once it spins.
 struct SpinState {

@@ -42,3 +42,16 @@ macro_rules! hot_in_section {
         $crate::section_range!($range, $sec);
     };
 }
+
+/// Nanoseconds on `clock` (a thread's CPU clock, `CLOCK_THREAD_CPUTIME_ID`, ...).
+#[allow(dead_code)] // not every test crate that includes this module reads a clock
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer for the call.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
