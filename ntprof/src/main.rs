@@ -3,15 +3,13 @@
 //! `ntprof demo` profiles a bundled workload over ntprof's own text and prints a symbolized report;
 //! `ntprof sources` lists the profile sources. Usage errors exit with code 2, run-time failures with 1.
 
-#[path = "ntprof/args.rs"]
 mod args;
-#[path = "ntprof/demo.rs"]
 mod demo;
-#[path = "ntprof/sources.rs"]
+mod output;
+mod progress;
+mod report;
 mod sources;
-#[path = "ntprof/symbols.rs"]
 mod symbols;
-#[path = "ntprof/workload.rs"]
 mod workload;
 
 use std::io::Write;
