@@ -6,6 +6,7 @@ use std::sync::atomic::AtomicU32;
 use crate::affinity::{Affinity, CpuSet, current_group, online_cpus};
 use crate::buckets::BucketLayout;
 use crate::engine::{self, counters::CounterStorage};
+use crate::error::Error;
 use crate::profile::{ProfileCore, ProfileStats, check_front, check_kernel_privilege};
 use crate::source::{self, ProfileSource};
 use crate::status::NtStatus;
@@ -92,11 +93,19 @@ impl ProfileBuilder {
     /// (the range wraps), `STATUS_NOT_SUPPORTED` (source), `STATUS_INVALID_PARAMETER` (processors),
     /// `STATUS_PRIVILEGE_NOT_HELD` (a kernel range without the privilege), `STATUS_INSUFFICIENT_RESOURCES`
     /// (the counters cannot be allocated or exceed `ULONG` sizes).
-    pub fn build(self) -> Result<Profile, NtStatus> {
+    pub fn build(self) -> Result<Profile, Error> {
         if !(crate::buckets::MIN_BUCKET_SIZE..=crate::buckets::MAX_BUCKET_SIZE)
             .contains(&self.bucket_size)
         {
-            return Err(NtStatus::INVALID_PARAMETER);
+            return Err(Error::new(
+                NtStatus::INVALID_PARAMETER,
+                format!(
+                    "BucketSize {} is outside {}..={}",
+                    self.bucket_size,
+                    crate::buckets::MIN_BUCKET_SIZE,
+                    crate::buckets::MAX_BUCKET_SIZE
+                ),
+            ));
         }
         let needed = crate::buckets::counters_needed(self.size, self.bucket_size).max(1);
         // The buffer must fit a ULONG BufferSize, as the C API's.
@@ -115,7 +124,10 @@ impl ProfileBuilder {
             AffinitySpec::AllActive => Affinity::AllActive,
             AffinitySpec::Cpus(set) => {
                 if set.is_empty() || !set.is_subset(&online) {
-                    return Err(NtStatus::INVALID_PARAMETER);
+                    return Err(Error::new(
+                        NtStatus::INVALID_PARAMETER,
+                        "a CPU is offline or the set is empty",
+                    ));
                 }
                 Affinity::Cpus(set)
             }
@@ -165,8 +177,8 @@ impl Profile {
     /// `STATUS_PROFILING_NOT_STOPPED` (already started), `STATUS_PROFILING_AT_LIMIT` (8192 × online CPUs
     /// started profiles), `STATUS_INSUFFICIENT_RESOURCES` (descriptors, ring memory), and the mapping of
     /// [`perf_event_open(2)`](https://man7.org/linux/man-pages/man2/perf_event_open.2.html) errors.
-    pub fn start(&self) -> Result<(), NtStatus> {
-        engine::start(&self.core)
+    pub fn start(&self) -> Result<(), Error> {
+        Ok(engine::start(&self.core)?)
     }
 
     /// `NtStopProfile(ProfileHandle)` — stop sampling. A barrier: when it returns, every sample taken before the
@@ -175,8 +187,8 @@ impl Profile {
     ///
     /// # Errors
     /// `STATUS_PROFILING_NOT_STARTED` when the profile is not started.
-    pub fn stop(&self) -> Result<(), NtStatus> {
-        engine::stop(&self.core)
+    pub fn stop(&self) -> Result<(), Error> {
+        Ok(engine::stop(&self.core)?)
     }
 
     /// True while started.
@@ -257,6 +269,6 @@ pub fn query_interval(source: ProfileSource) -> u32 {
 ///
 /// # Errors
 /// `STATUS_INVALID_PARAMETER` above 90 %, `STATUS_NOT_SUPPORTED` for a source not supported here.
-pub fn set_jitter(source: ProfileSource, percent: u32) -> Result<(), NtStatus> {
-    engine::set_jitter(source, percent)
+pub fn set_jitter(source: ProfileSource, percent: u32) -> Result<(), Error> {
+    Ok(engine::set_jitter(source, percent)?)
 }

@@ -22,7 +22,7 @@
 //! std::hint::black_box(hot());
 //! profile.stop()?;            // a barrier: every sample taken before it is counted
 //! println!("{:?}", profile.stats());
-//! # Ok::<(), ntprofile::NtStatus>(())
+//! # Ok::<(), ntprofile::Error>(())
 //! ```
 //!
 //! From C: `include/ntprofile.h` and `libntprofile.so`. The contract is `../shared/spec/nt-profile-api.md`,
@@ -34,6 +34,7 @@ pub mod affinity;
 mod api;
 pub mod buckets;
 pub mod engine;
+mod error;
 pub mod ffi;
 #[allow(unsafe_code)]
 mod perf;
@@ -45,6 +46,7 @@ pub mod target;
 pub use affinity::{Affinity, CpuSet};
 pub use api::{Profile, ProfileBuilder, query_interval, set_interval, set_jitter};
 pub use buckets::BucketLayout;
+pub use error::Error;
 pub use profile::ProfileStats;
 pub use source::{
     IntervalUnit, PerfEventSpec, ProfileSource, SourceInfo, Support, list_sources,

@@ -766,15 +766,24 @@ fn errors() {
 
     // Start twice; stop when not started (never started, and already stopped).
     let p = builder().build().unwrap();
-    assert_eq!(p.stop(), Err(NtStatus::PROFILING_NOT_STARTED));
+    assert_eq!(
+        p.stop().map_err(|e| e.status()),
+        Err(NtStatus::PROFILING_NOT_STARTED)
+    );
     p.start().unwrap();
-    assert_eq!(p.start(), Err(NtStatus::PROFILING_NOT_STOPPED));
+    assert_eq!(
+        p.start().map_err(|e| e.status()),
+        Err(NtStatus::PROFILING_NOT_STOPPED)
+    );
     assert!(
         p.is_started(),
         "a failed second start left the profile started"
     );
     p.stop().unwrap();
-    assert_eq!(p.stop(), Err(NtStatus::PROFILING_NOT_STARTED));
+    assert_eq!(
+        p.stop().map_err(|e| e.status()),
+        Err(NtStatus::PROFILING_NOT_STARTED)
+    );
     p.start().unwrap();
     p.stop().unwrap();
 

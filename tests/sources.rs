@@ -221,6 +221,7 @@ fn profile_over(range: (usize, usize), source: ProfileSource) -> Result<Profile,
         .source(source)
         .all_cpus()
         .build()
+        .map_err(|e| e.status())
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1235,7 +1236,7 @@ fn fixed_period_aliases_and_jitter_cures_it() {
     );
     assert_eq!(ntprofile::source::jitter_percent(s), 50);
     assert_eq!(
-        set_jitter(s, 91),
+        set_jitter(s, 91).map_err(|e| e.status()),
         Err(NtStatus::INVALID_PARAMETER),
         "above 90 %"
     );

@@ -16,7 +16,8 @@ use crate::symbols::{Function, Symbolizer, executable_mapping_containing};
 use crate::workload::{self, WorkerReport};
 
 /// A status with a hint for the statuses a first run is likely to meet.
-fn explain(call: &str, status: NtStatus) -> String {
+fn explain(call: &str, err: ntprofile::Error) -> String {
+    let status = err.status();
     let hint = match status {
         NtStatus::PRIVILEGE_NOT_HELD => {
             "\n  perf_event_open was refused: profiling your own process needs\n  \
@@ -29,7 +30,7 @@ fn explain(call: &str, status: NtStatus) -> String {
         }
         _ => "",
     };
-    format!("{call} failed: {status}{hint}")
+    format!("{call} failed: {err}{hint}")
 }
 
 /// Describe an interval value of `source`.
