@@ -36,7 +36,8 @@ extern "C" fn child() {
     });
 }
 
-/// Install the fork handlers (once per process; called on the first profile creation).
+/// Install the fork handlers (once per process; called on the first profile creation and on the first handle
+/// inserted into the handle table, whatever its kind).
 pub(crate) fn install() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {

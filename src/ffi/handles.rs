@@ -69,7 +69,12 @@ impl Table {
     }
 
     /// Store `object` and return its new handle value.
+    ///
+    /// The fork handlers are installed here, before any handle exists, so that a forked child finds every
+    /// inherited handle invalid whatever its kind (a process handle from `NtOpenProcess` included, even when
+    /// no profile was ever created).
     pub(crate) fn insert(&mut self, object: Object) -> Result<usize, NtStatus> {
+        crate::engine::fork::install();
         let index = match self.free.pop() {
             Some(i) => i,
             None => {

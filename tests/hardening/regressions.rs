@@ -1,0 +1,95 @@
+//! Regressions for the four defects found under attack, each in a fresh process (see [`crate::isolated`]).
+
+use std::ffi::c_void;
+
+use ntprofile::NtStatus;
+use ntprofile::ffi::exports::{
+    NtClose, NtCreateProfile, NtOpenProcess, NtQueryIntervalProfile, NtStartProfile, NtStopProfile,
+    NtprofileQueryStatistics,
+};
+use ntprofile::profile::ProfileStats;
+
+use crate::{CURRENT_PROCESS, exhaust_descriptors, isolated, set_nofile, st};
+
+/// `ProfileTime`.
+const PROFILE_TIME: u32 = 0;
+
+/// A range to profile (this function's code) and a buffer that covers it with 16-byte buckets.
+fn range() -> (usize, usize) {
+    (range as *const () as usize & !0xFFF, 0x1000)
+}
+
+/// `NtCreateProfile` of this process over [`range`] into `buffer` (256 counters).
+fn create(handle: &mut *mut c_void, process: *mut c_void, buffer: &mut [u32]) -> NtStatus {
+    let (base, size) = range();
+    st(NtCreateProfile(
+        handle,
+        process,
+        base as *mut c_void,
+        size,
+        4,
+        buffer.as_mut_ptr(),
+        (buffer.len() * 4) as u32,
+        PROFILE_TIME,
+        usize::MAX,
+    ))
+}
+
+/// Defect 1: the fork handlers were installed only by the first profile creation. A process that opened a
+/// process handle and forked before creating any profile could use the inherited handle in the child: create a
+/// profile of it, start it, close it. Every inherited handle must be `STATUS_INVALID_HANDLE` in the child.
+#[test]
+fn fork_child_cannot_use_an_inherited_process_handle() {
+    isolated(
+        "regressions::fork_child_cannot_use_an_inherited_process_handle",
+        || {
+            let mut process: *mut c_void = std::ptr::null_mut();
+            let mut client_id = [u64::from(std::process::id()), 0u64];
+            let s = st(NtOpenProcess(
+                &mut process,
+                0,
+                std::ptr::null_mut(),
+                client_id.as_mut_ptr().cast(),
+            ));
+            assert_eq!(s, NtStatus::SUCCESS, "NtOpenProcess of this process");
+            let mut buffer = vec![0u32; 256];
+            // SAFETY: the child only calls the library's exports and _exit.
+            match unsafe { nix::unistd::fork() }.expect("fork") {
+                nix::unistd::ForkResult::Child => {
+                    let mut handle: *mut c_void = std::ptr::null_mut();
+                    let created = create(&mut handle, process, &mut buffer);
+                    let started = if created.is_success() {
+                        st(NtStartProfile(handle))
+                    } else {
+                        NtStatus::INVALID_HANDLE
+                    };
+                    let closed = st(NtClose(process));
+                    let ok = created == NtStatus::INVALID_HANDLE
+                        && started == NtStatus::INVALID_HANDLE
+                        && closed == NtStatus::INVALID_HANDLE;
+                    if !ok {
+                        eprintln!(
+                            "fork child: create {created:?}, start {started:?}, close {closed:?} (all must be \
+                             STATUS_INVALID_HANDLE)"
+                        );
+                    }
+                    // SAFETY: _exit ends the child at once, running no atexit handler of the parent's.
+                    unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+                }
+                nix::unistd::ForkResult::Parent { child } => {
+                    let status = nix::sys::wait::waitpid(child, None).expect("waitpid");
+                    assert_eq!(
+                        status,
+                        nix::sys::wait::WaitStatus::Exited(child, 0),
+                        "the child could use the inherited process handle"
+                    );
+                    // The parent's handle is untouched.
+                    let mut handle: *mut c_void = std::ptr::null_mut();
+                    assert_eq!(create(&mut handle, process, &mut buffer), NtStatus::SUCCESS);
+                    assert_eq!(st(NtClose(handle)), NtStatus::SUCCESS);
+                    assert_eq!(st(NtClose(process)), NtStatus::SUCCESS);
+                }
+            }
+        },
+    );
+}
