@@ -245,17 +245,20 @@ impl Drop for Profile {
 
 /// `NtSetIntervalProfile(Interval, Source)` — set a source's interval (shared by all its profiles), clamped into
 /// its limits and applied at once to running profiles. A value for an unsupported source is ignored. Returns
-/// the effective interval (0 for an unsupported source).
+/// the effective interval (0 for an unsupported source). While support cannot be probed (no free descriptor:
+/// [`crate::Support::is_transient`]) the value is stored all the same.
 #[doc(alias = "NtSetIntervalProfile")]
 pub fn set_interval(source: ProfileSource, interval: u32) -> u32 {
-    if !source.support().is_supported() {
+    let support = source.support();
+    if !support.is_supported() && !support.is_transient() {
         return 0;
     }
     engine::set_interval(source, interval)
 }
 
 /// `NtQueryIntervalProfile(Source, &Interval)` — the effective interval of a source (after clamping), or 0 when
-/// the source is not supported on this machine.
+/// the source is not supported on this machine — or, for that one call, when support cannot be probed (no free
+/// descriptor; nothing is cached then, and the C export answers `STATUS_INSUFFICIENT_RESOURCES`).
 #[doc(alias = "NtQueryIntervalProfile")]
 pub fn query_interval(source: ProfileSource) -> u32 {
     if !source.support().is_supported() {

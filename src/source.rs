@@ -444,32 +444,68 @@ impl Support {
         }
     }
 
-    /// The status a create gets for this answer (`STATUS_NOT_SUPPORTED` unless supported).
+    /// True when the answer is a passing shortage (no free descriptor, no memory, an interrupted call), not a
+    /// property of the source or the machine: it is never cached, and the next call asks the kernel again.
+    pub fn is_transient(self) -> bool {
+        matches!(self, Support::OpenFailed(errno) if is_transient_errno(errno))
+    }
+
+    /// The status a create gets for this answer: `STATUS_SUCCESS` when supported,
+    /// `STATUS_INSUFFICIENT_RESOURCES` for a transient failure, `STATUS_NOT_SUPPORTED` otherwise.
     pub fn status(self) -> NtStatus {
         if self.is_supported() {
             NtStatus::SUCCESS
+        } else if self.is_transient() {
+            NtStatus::INSUFFICIENT_RESOURCES
         } else {
             NtStatus::NOT_SUPPORTED
         }
     }
 }
 
+/// Errnos that describe a passing shortage of the process or the system, never the event asked for: EMFILE,
+/// ENFILE, ENOMEM, EAGAIN, EINTR, EBUSY (a PMU counter held by someone else for now).
+pub fn is_transient_errno(errno: i32) -> bool {
+    matches!(
+        errno,
+        libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::EAGAIN | libc::EINTR | libc::EBUSY
+    )
+}
+
 static SUPPORT: [std::sync::OnceLock<Support>; TABLE_SIZE] =
     [const { std::sync::OnceLock::new() }; TABLE_SIZE];
 
 impl ProfileSource {
-    /// Whether this source's event opens on this machine: probed once (a sampling event on the calling thread,
-    /// opened disabled and closed at once), then cached.
+    /// Whether this source's event opens on this machine: probed (a sampling event on the calling thread,
+    /// opened disabled and closed at once), then cached — unless the probe failed for a passing reason
+    /// ([`Support::is_transient`]: no free descriptor, ...), which is answered but never cached.
     pub fn support(self) -> Support {
-        *SUPPORT[self.table_index()].get_or_init(|| match self.perf_event() {
+        let cell = &SUPPORT[self.table_index()];
+        if let Some(known) = cell.get() {
+            return *known;
+        }
+        let answer = match self.perf_event() {
             None => Support::NoPerfEvent,
             Some(spec) => {
-                match crate::perf::event::probe(&spec, self.period_for(self.limits().default)) {
+                let period = self.period_for(self.limits().default);
+                // An interrupted probe is simply asked again (a few times).
+                let mut result = crate::perf::event::probe(&spec, period);
+                for _ in 0..3 {
+                    if result != Err(libc::EINTR) {
+                        break;
+                    }
+                    result = crate::perf::event::probe(&spec, period);
+                }
+                match result {
                     Ok(()) => Support::Supported,
                     Err(errno) => Support::OpenFailed(errno),
                 }
             }
-        })
+        };
+        if answer.is_transient() {
+            return answer;
+        }
+        *cell.get_or_init(|| answer)
     }
 }
 

@@ -291,8 +291,10 @@ pub extern "C" fn NtClose(handle: Handle) -> i32 {
 #[unsafe(no_mangle)]
 pub extern "C" fn NtSetIntervalProfile(interval: u32, source: u32) -> i32 {
     boundary(|| {
+        // A source whose probe failed for a passing reason (no free descriptor) may well be supported: its
+        // interval is stored all the same, so that the setting is not lost.
         if let Some(source) = ProfileSource::from_raw(source)
-            && source.support().is_supported()
+            && (source.support().is_supported() || source.support().is_transient())
         {
             engine::set_interval(source, interval);
         }
@@ -301,12 +303,18 @@ pub extern "C" fn NtSetIntervalProfile(interval: u32, source: u32) -> i32 {
 }
 
 /// `NtQueryIntervalProfile` — the effective interval of a source (source first); 0 for an unsupported one.
+/// `STATUS_INSUFFICIENT_RESOURCES` (nothing written) when whether the source is supported cannot be told now
+/// (no free descriptor for the probe).
 #[unsafe(no_mangle)]
 pub extern "C" fn NtQueryIntervalProfile(profile_source: u32, interval: *mut u32) -> i32 {
     boundary(|| {
         let value = match ProfileSource::from_raw(profile_source) {
-            Some(s) if s.support().is_supported() => source::effective_interval(s),
-            _ => 0,
+            Some(s) => match s.support() {
+                support if support.is_supported() => source::effective_interval(s),
+                support if support.is_transient() => return Err(support.status()),
+                _ => 0,
+            },
+            None => 0,
         };
         probe::write_bytes(interval as usize, &value.to_ne_bytes())
     })

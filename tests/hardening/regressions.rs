@@ -93,3 +93,47 @@ fn fork_child_cannot_use_an_inherited_process_handle() {
         },
     );
 }
+
+/// Defect 2: a create made while no descriptor was free cached "ProfileTime unsupported" for the rest of the
+/// process. The transient failure must give `STATUS_INSUFFICIENT_RESOURCES`, and the source must work once
+/// descriptors are free again.
+#[test]
+fn exhausted_descriptors_never_mark_a_source_unsupported() {
+    isolated(
+        "regressions::exhausted_descriptors_never_mark_a_source_unsupported",
+        || {
+            let (_, hard) =
+                nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+            set_nofile(64, hard);
+            let mut buffer = vec![0u32; 256];
+            let mut handle: *mut c_void = std::ptr::null_mut();
+            let held = exhaust_descriptors();
+            let during = create(&mut handle, CURRENT_PROCESS, &mut buffer);
+            let mut interval = 0xDEAD_BEEFu32;
+            let query_during = st(NtQueryIntervalProfile(PROFILE_TIME, &mut interval));
+            drop(held);
+            assert_eq!(
+                during,
+                NtStatus::INSUFFICIENT_RESOURCES,
+                "a create without a free descriptor"
+            );
+            assert!(
+                query_during == NtStatus::INSUFFICIENT_RESOURCES && interval == 0xDEAD_BEEF,
+                "NtQueryIntervalProfile without a free descriptor: {query_during:?}, wrote {interval:#x}"
+            );
+            let mut interval = 0u32;
+            assert_eq!(
+                st(NtQueryIntervalProfile(PROFILE_TIME, &mut interval)),
+                NtStatus::SUCCESS
+            );
+            assert_ne!(interval, 0, "ProfileTime stays supported once descriptors are free");
+            assert_eq!(
+                create(&mut handle, CURRENT_PROCESS, &mut buffer),
+                NtStatus::SUCCESS
+            );
+            assert_eq!(st(NtStartProfile(handle)), NtStatus::SUCCESS);
+            assert_eq!(st(NtStopProfile(handle)), NtStatus::SUCCESS);
+            assert_eq!(st(NtClose(handle)), NtStatus::SUCCESS);
+        },
+    );
+}
