@@ -113,7 +113,8 @@ impl Target {
     /// The ids of the target's threads now (`[-1]` for global: one event per CPU for every task).
     ///
     /// # Errors
-    /// `STATUS_INVALID_HANDLE` when the process is gone.
+    /// `STATUS_INSUFFICIENT_RESOURCES` when the listing cannot be read for want of a descriptor or memory (a
+    /// shortage, never a verdict on the handle). A process that is gone has no threads (an empty list).
     pub fn threads(&self) -> Result<Vec<i32>, NtStatus> {
         let dir = match self {
             Target::CurrentProcess => "/proc/self/task".to_string(),
@@ -121,10 +122,29 @@ impl Target {
             Target::Process(p) => format!("/proc/{}/task", p.pid),
             Target::Global => return Ok(vec![-1]),
         };
-        let entries = std::fs::read_dir(dir).map_err(|_| NtStatus::INVALID_HANDLE)?;
-        let mut tids: Vec<i32> = entries
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-            .collect();
+        let listing_error = |e: std::io::Error| match e.raw_os_error() {
+            // The process exited between the check and the listing.
+            Some(libc::ENOENT | libc::ESRCH) if !matches!(self, Target::CurrentProcess) => None,
+            Some(errno) if crate::source::is_transient_errno(errno) => {
+                Some(NtStatus::INSUFFICIENT_RESOURCES)
+            }
+            _ => Some(NtStatus::INTERNAL_ERROR),
+        };
+        let entries = match std::fs::read_dir(dir) {
+            Ok(entries) => entries,
+            Err(e) => return listing_error(e).map_or(Ok(Vec::new()), Err),
+        };
+        let mut tids = Vec::new();
+        for entry in entries {
+            // A listing that fails part-way would leave threads unobserved: report it, never a partial list.
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(e) => return listing_error(e).map_or(Ok(Vec::new()), Err),
+            };
+            if let Some(tid) = entry.file_name().to_str().and_then(|n| n.parse().ok()) {
+                tids.push(tid);
+            }
+        }
         tids.sort_unstable();
         Ok(tids)
     }

@@ -68,9 +68,7 @@ fn create(
     if buffer % 4 != 0 {
         return Err(NtStatus::DATATYPE_MISALIGNMENT);
     }
-    if !probe::is_writable(buffer, buffer_size as usize) {
-        return Err(NtStatus::ACCESS_VIOLATION);
-    }
+    probe::check_writable(buffer, buffer_size as usize)?;
     let mut groups = Vec::new();
     if let AffinityArg::Groups(count, addr) = affinity
         && count > 0
@@ -248,10 +246,8 @@ pub extern "C" fn NtStartProfile(profile_handle: Handle) -> i32 {
                 return Err(NtStatus::PROFILING_NOT_STOPPED);
             }
             // The caller may have unmapped the buffer since create: probe it again.
-            if let CounterStorage::Borrowed { addr, len } = core.storage
-                && !probe::is_writable(addr, len * 4)
-            {
-                return Err(NtStatus::ACCESS_VIOLATION);
+            if let CounterStorage::Borrowed { addr, len } = core.storage {
+                probe::check_writable(addr, len * 4)?;
             }
             engine::start(core)
         })
@@ -397,15 +393,17 @@ pub extern "C" fn NtprofileQuerySources(
     boundary(|| {
         let list = source::list_sources();
         probe::probe_write(total_count as usize, 4)?;
+        let fits = (buffer_count as usize) >= list.len();
+        // Every check of the buffer passes before anything is written.
+        if fits {
+            if buffer as usize % 4 != 0 {
+                return Err(NtStatus::DATATYPE_MISALIGNMENT);
+            }
+            probe::check_writable(buffer as usize, list.len() * SOURCE_INFO_SIZE)?;
+        }
         probe::write_bytes(total_count as usize, &(list.len() as u32).to_ne_bytes())?;
-        if (buffer_count as usize) < list.len() {
+        if !fits {
             return Err(NtStatus::BUFFER_TOO_SMALL);
-        }
-        if buffer as usize % 4 != 0 {
-            return Err(NtStatus::DATATYPE_MISALIGNMENT);
-        }
-        if !probe::is_writable(buffer as usize, list.len() * SOURCE_INFO_SIZE) {
-            return Err(NtStatus::ACCESS_VIOLATION);
         }
         for (i, info) in list.iter().enumerate() {
             probe::write_bytes(

@@ -19,28 +19,40 @@ fn me() -> Pid {
 }
 
 /// True when `[addr, addr + len)` lies entirely in mappings with write permission (per `/proc/self/maps`).
-pub(crate) fn is_writable(addr: usize, len: usize) -> bool {
+///
+/// # Errors
+/// `STATUS_INSUFFICIENT_RESOURCES` (or the mapping of the errno) when `/proc/self/maps` cannot be read — no
+/// free descriptor, no memory: a shortage of this process, never a verdict on the caller's pointer.
+pub(crate) fn is_writable(addr: usize, len: usize) -> Result<bool, NtStatus> {
     range_has(addr, len, b'w')
 }
 
-/// True when `[addr, addr + len)` lies entirely in mappings with read permission.
-pub(crate) fn is_readable(addr: usize, len: usize) -> bool {
+/// True when `[addr, addr + len)` lies entirely in mappings with read permission (errors as [`is_writable`]).
+pub(crate) fn is_readable(addr: usize, len: usize) -> Result<bool, NtStatus> {
     range_has(addr, len, b'r')
 }
 
-fn range_has(addr: usize, len: usize, perm: u8) -> bool {
+/// Check that `[addr, addr + len)` is writable: `STATUS_ACCESS_VIOLATION` if not, the shortage's status when
+/// that cannot be told now.
+pub(crate) fn check_writable(addr: usize, len: usize) -> Result<(), NtStatus> {
+    if is_writable(addr, len)? {
+        Ok(())
+    } else {
+        Err(NtStatus::ACCESS_VIOLATION)
+    }
+}
+
+fn range_has(addr: usize, len: usize, perm: u8) -> Result<bool, NtStatus> {
     if addr == 0 {
-        return false;
+        return Ok(false);
     }
     let Some(end) = addr.checked_add(len) else {
-        return false;
+        return Ok(false);
     };
     if len == 0 {
-        return true;
+        return Ok(true);
     }
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
-        return false;
-    };
+    let maps = read_maps()?;
     let mut cursor = addr;
     // Mappings are listed in address order: walk them, extending the covered prefix.
     for line in maps.lines() {
@@ -59,14 +71,34 @@ fn range_has(addr: usize, len: usize, perm: u8) -> bool {
             continue;
         }
         if lo > cursor || !perms.as_bytes().contains(&perm) {
-            return false;
+            return Ok(false);
         }
         cursor = hi;
         if cursor >= end {
-            return true;
+            return Ok(true);
         }
     }
-    false
+    Ok(false)
+}
+
+/// `/proc/self/maps`, read again on an interrupted call.
+fn read_maps() -> Result<String, NtStatus> {
+    let mut attempts = 0;
+    loop {
+        match std::fs::read_to_string("/proc/self/maps") {
+            Ok(text) => return Ok(text),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && attempts < 3 => attempts += 1,
+            // EMFILE, ENFILE, ENOMEM: STATUS_INSUFFICIENT_RESOURCES; anything else is ours, not the caller's.
+            Err(e) => {
+                return Err(match NtStatus::from_io(&e) {
+                    NtStatus::ACCESS_VIOLATION | NtStatus::INVALID_PARAMETER => {
+                        NtStatus::INTERNAL_ERROR
+                    }
+                    other => other,
+                });
+            }
+        }
+    }
 }
 
 /// Write `bytes` at `addr` in this process, or `STATUS_ACCESS_VIOLATION` when that memory is not writable.
@@ -74,6 +106,10 @@ pub(crate) fn write_bytes(addr: usize, bytes: &[u8]) -> Result<(), NtStatus> {
     if addr == 0 || addr.checked_add(bytes.len()).is_none() {
         return Err(NtStatus::ACCESS_VIOLATION);
     }
+    write_once(addr, bytes)
+}
+
+fn write_once(addr: usize, bytes: &[u8]) -> Result<(), NtStatus> {
     let local = [IoSlice::new(bytes)];
     let remote = [RemoteIoVec {
         base: addr,
@@ -84,12 +120,9 @@ pub(crate) fn write_bytes(addr: usize, bytes: &[u8]) -> Result<(), NtStatus> {
         Ok(_) | Err(nix::errno::Errno::EFAULT) => Err(NtStatus::ACCESS_VIOLATION),
         // Filtered (seccomp) or missing: check the maps, then write directly.
         Err(_) => {
-            if is_writable(addr, bytes.len()) {
-                write_direct(addr, bytes);
-                Ok(())
-            } else {
-                Err(NtStatus::ACCESS_VIOLATION)
-            }
+            check_writable(addr, bytes.len())?;
+            write_direct(addr, bytes);
+            Ok(())
         }
     }
 }
@@ -113,12 +146,11 @@ pub(crate) fn read_bytes(addr: usize, out: &mut [u8]) -> Result<(), NtStatus> {
         Ok(n) if n == len => Ok(()),
         Ok(_) | Err(nix::errno::Errno::EFAULT) => Err(NtStatus::ACCESS_VIOLATION),
         Err(_) => {
-            if is_readable(addr, len) {
-                read_direct(addr, out);
-                Ok(())
-            } else {
-                Err(NtStatus::ACCESS_VIOLATION)
+            if !is_readable(addr, len)? {
+                return Err(NtStatus::ACCESS_VIOLATION);
             }
+            read_direct(addr, out);
+            Ok(())
         }
     }
 }
@@ -130,12 +162,22 @@ fn read_direct(addr: usize, out: &mut [u8]) {
 }
 
 /// NT's `ProbeForWrite` of an out-value: read it and write the same bytes back (no visible change), or
-/// `STATUS_ACCESS_VIOLATION`.
+/// `STATUS_ACCESS_VIOLATION`. (A write-back that faults part-way has changed nothing: the bytes are the same.)
 pub(crate) fn probe_write(addr: usize, len: usize) -> Result<(), NtStatus> {
-    let mut buf = [0u8; 16];
-    let buf = buf.get_mut(..len).ok_or(NtStatus::INTERNAL_ERROR)?;
+    let mut small = [0u8; 64];
+    let mut large = Vec::new();
+    let buf = match small.get_mut(..len) {
+        Some(buf) => buf,
+        None => {
+            large
+                .try_reserve_exact(len)
+                .map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
+            large.resize(len, 0);
+            &mut large[..]
+        }
+    };
     read_bytes(addr, buf)?;
-    write_bytes(addr, buf)
+    write_once(addr, buf)
 }
 
 #[cfg(test)]
@@ -146,17 +188,17 @@ mod tests {
     fn probes() {
         let mut x: u64 = 7;
         let addr = &mut x as *mut u64 as usize;
-        assert!(is_writable(addr, 8));
+        assert_eq!(is_writable(addr, 8), Ok(true));
         assert_eq!(probe_write(addr, 8), Ok(()));
         write_bytes(addr, &9u64.to_ne_bytes()).unwrap();
         assert_eq!(x, 9);
         assert_eq!(write_bytes(0, &[0]), Err(NtStatus::ACCESS_VIOLATION));
         assert_eq!(write_bytes(8, &[0]), Err(NtStatus::ACCESS_VIOLATION));
-        assert!(!is_writable(usize::MAX - 4, 8));
+        assert_eq!(is_writable(usize::MAX - 4, 8), Ok(false));
         // Code is mapped read-only + exec.
         let code = probes as *const () as usize;
-        assert!(!is_writable(code, 4));
-        assert!(is_readable(code, 4));
+        assert_eq!(is_writable(code, 4), Ok(false));
+        assert_eq!(is_readable(code, 4), Ok(true));
         assert_eq!(write_bytes(code, &[0]), Err(NtStatus::ACCESS_VIOLATION));
     }
 }

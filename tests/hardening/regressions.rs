@@ -137,3 +137,110 @@ fn exhausted_descriptors_never_mark_a_source_unsupported() {
         },
     );
 }
+
+/// Defect 3a: `/proc/self/maps` could not be read (EMFILE) and the buffer was taken as unwritable: a valid
+/// create and start answered `STATUS_ACCESS_VIOLATION`, blaming the caller's buffer.
+#[test]
+fn exhausted_descriptors_never_blame_the_buffer() {
+    isolated(
+        "regressions::exhausted_descriptors_never_blame_the_buffer",
+        || {
+            let (_, hard) =
+                nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+            set_nofile(64, hard);
+            let mut buffer = vec![0u32; 256];
+            let mut started: *mut c_void = std::ptr::null_mut();
+            // The source is probed (and cached as supported) while descriptors are free.
+            assert_eq!(
+                create(&mut started, CURRENT_PROCESS, &mut buffer),
+                NtStatus::SUCCESS
+            );
+            let held = exhaust_descriptors();
+            let mut handle: *mut c_void = std::ptr::null_mut();
+            let created = create(&mut handle, CURRENT_PROCESS, &mut buffer);
+            let start = st(NtStartProfile(started));
+            drop(held);
+            assert_eq!(
+                created,
+                NtStatus::INSUFFICIENT_RESOURCES,
+                "create without a free descriptor"
+            );
+            assert_eq!(
+                start,
+                NtStatus::INSUFFICIENT_RESOURCES,
+                "start without a free descriptor"
+            );
+            // Once descriptors are back, the same calls succeed.
+            assert_eq!(st(NtStartProfile(started)), NtStatus::SUCCESS);
+            assert_eq!(st(NtStopProfile(started)), NtStatus::SUCCESS);
+            assert_eq!(st(NtClose(started)), NtStatus::SUCCESS);
+        },
+    );
+}
+
+/// Defect 3b: with few descriptors (RLIMIT_NOFILE 24, 9 threads) the thread listing (`/proc/self/task`) failed
+/// and the start answered `STATUS_INVALID_HANDLE`. For every limit from 48 down to 8, a start gives success or
+/// `STATUS_INSUFFICIENT_RESOURCES`, never a status that blames the handle or the buffer.
+#[test]
+fn few_descriptors_give_insufficient_resources_or_success() {
+    isolated(
+        "regressions::few_descriptors_give_insufficient_resources_or_success",
+        || {
+            let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let threads: Vec<_> = (0..8)
+                .map(|_| {
+                    let stop = stop.clone();
+                    std::thread::spawn(move || {
+                        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                            std::thread::sleep(std::time::Duration::from_millis(1));
+                        }
+                    })
+                })
+                .collect();
+            let mut buffer = vec![0u32; 256];
+            let mut seen = std::collections::BTreeMap::new();
+            // Lowering the hard limit is allowed to anyone; going down keeps it possible without privilege.
+            for limit in (8..=48u64).rev() {
+                let mut handle: *mut c_void = std::ptr::null_mut();
+                assert_eq!(
+                    create(&mut handle, CURRENT_PROCESS, &mut buffer),
+                    NtStatus::SUCCESS
+                );
+                set_nofile(limit, limit);
+                let s = st(NtStartProfile(handle));
+                *seen.entry(format!("{s:?}")).or_insert(0) += 1;
+                assert!(
+                    s == NtStatus::SUCCESS || s == NtStatus::INSUFFICIENT_RESOURCES,
+                    "RLIMIT_NOFILE {limit}, 9 threads: start gave {s:?}"
+                );
+                if s.is_success() {
+                    assert_eq!(st(NtStopProfile(handle)), NtStatus::SUCCESS);
+                }
+                let c = st(NtClose(handle));
+                assert_eq!(c, NtStatus::SUCCESS, "close at RLIMIT_NOFILE {limit}");
+            }
+            println!("statuses of starts at RLIMIT_NOFILE 48..=8 with 9 threads: {seen:?}");
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            for t in threads {
+                t.join().unwrap();
+            }
+        },
+    );
+}
+
+/// The thread listing itself: without a free descriptor it is a shortage of resources, not a dead process.
+#[test]
+fn thread_listing_without_descriptors_is_a_shortage() {
+    isolated(
+        "regressions::thread_listing_without_descriptors_is_a_shortage",
+        || {
+            let (_, hard) =
+                nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+            set_nofile(64, hard);
+            let held = exhaust_descriptors();
+            let r = ntprofile::target::Target::CurrentProcess.threads();
+            drop(held);
+            assert_eq!(r, Err(NtStatus::INSUFFICIENT_RESOURCES));
+        },
+    );
+}
