@@ -101,12 +101,23 @@ fn read_maps() -> Result<String, NtStatus> {
     }
 }
 
-/// Write `bytes` at `addr` in this process, or `STATUS_ACCESS_VIOLATION` when that memory is not writable.
+/// Write `bytes` at `addr` in this process, or `STATUS_ACCESS_VIOLATION` when that memory is not writable. All
+/// or nothing: a destination that crosses a page boundary is probed whole first (read, and the same bytes
+/// written back), because the kernel copies page by page and would otherwise leave the pages before a fault
+/// written.
 pub(crate) fn write_bytes(addr: usize, bytes: &[u8]) -> Result<(), NtStatus> {
     if addr == 0 || addr.checked_add(bytes.len()).is_none() {
         return Err(NtStatus::ACCESS_VIOLATION);
     }
+    if crosses_page(addr, bytes.len()) {
+        probe_write(addr, bytes.len())?;
+    }
     write_once(addr, bytes)
+}
+
+/// True when `[addr, addr + len)` touches more than one page (the smallest page: 4 KiB).
+fn crosses_page(addr: usize, len: usize) -> bool {
+    len > 1 && addr / 4096 != (addr + len - 1) / 4096
 }
 
 fn write_once(addr: usize, bytes: &[u8]) -> Result<(), NtStatus> {

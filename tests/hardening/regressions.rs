@@ -244,3 +244,47 @@ fn thread_listing_without_descriptors_is_a_shortage() {
         },
     );
 }
+
+/// Defect 4: a `NtprofileQueryStatistics` record crossing into a PROT_NONE page had its first half written
+/// before the call returned `STATUS_ACCESS_VIOLATION`. Nothing may be written on failure.
+#[test]
+fn failed_statistics_query_writes_nothing() {
+    let page = 4096usize;
+    // SAFETY: a fresh anonymous mapping of two pages, private to this test; the second is made PROT_NONE.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            2 * page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(base, libc::MAP_FAILED);
+    // SAFETY: the second page of our own mapping.
+    let rc = unsafe { libc::mprotect(base.cast::<u8>().add(page).cast(), page, libc::PROT_NONE) };
+    assert_eq!(rc, 0);
+    let mut buffer = vec![0u32; 256];
+    let mut handle: *mut c_void = std::ptr::null_mut();
+    assert_eq!(
+        create(&mut handle, CURRENT_PROCESS, &mut buffer),
+        NtStatus::SUCCESS
+    );
+    for offset in [8usize, 16, 24, 31] {
+        let at = base as usize + page - offset;
+        // SAFETY: [base, base + page) is ours and writable.
+        unsafe { std::ptr::write_bytes(base.cast::<u8>(), 0xAA, page) };
+        let s = st(NtprofileQueryStatistics(handle, at as *mut ProfileStats));
+        assert_eq!(s, NtStatus::ACCESS_VIOLATION, "record {offset} bytes before the guard page");
+        // SAFETY: as above.
+        let first = unsafe { std::slice::from_raw_parts(base.cast::<u8>(), page) };
+        assert!(
+            first.iter().all(|&b| b == 0xAA),
+            "a failed query wrote into the record's first {offset} bytes"
+        );
+    }
+    assert_eq!(st(NtClose(handle)), NtStatus::SUCCESS);
+    // SAFETY: unmapping our own mapping, no reference to it is left.
+    unsafe { libc::munmap(base, 2 * page) };
+}
