@@ -36,6 +36,8 @@ pub mod buckets;
 pub mod engine;
 mod error;
 pub mod ffi;
+#[doc(hidden)]
+pub mod fuzzing;
 #[allow(unsafe_code)]
 mod perf;
 pub mod profile;

@@ -150,46 +150,177 @@ impl Ring {
     /// Decode every record between `data_tail` and `data_head`, hand each to `sink`, then give the space back.
     /// Returns the number of records read. No allocation, no lock.
     #[inline]
-    pub fn drain(&mut self, mut sink: impl FnMut(Record)) -> u64 {
+    pub fn drain(&mut self, sink: impl FnMut(Record)) -> u64 {
         // Acquire: pairs with the kernel's release store of `data_head`; every record before it is visible.
         let head = self.head().load(Ordering::Acquire);
         // Relaxed: only this thread writes `data_tail`.
-        let mut pos = self.tail().load(Ordering::Relaxed);
-        let mut n = 0;
-        while pos < head {
-            let header = self.word(pos);
-            let kind = header as u32;
-            let size = header >> 48;
-            if size < 8 || pos + size > head {
-                // A torn or corrupt header: never loop forever; skip to head.
-                pos = head;
-                break;
-            }
-            let rec = match kind {
-                RECORD_SAMPLE => {
-                    let ip = self.word(pos + 8);
-                    let (pid, tid) = if self.layout.tid && size >= 24 {
-                        let w = self.word(pos + 16);
-                        (w as u32, (w >> 32) as u32)
-                    } else {
-                        (0, 0)
-                    };
-                    Record::Sample { ip, pid, tid }
-                }
-                RECORD_LOST if size >= 24 => Record::Lost(self.word(pos + 16)),
-                RECORD_LOST_SAMPLES if size >= 16 => Record::Lost(self.word(pos + 8)),
-                RECORD_THROTTLE => Record::Throttle,
-                RECORD_UNTHROTTLE => Record::Unthrottle,
-                _ => Record::Other,
-            };
-            sink(rec);
-            n += 1;
-            pos += size;
-        }
+        let tail = self.tail().load(Ordering::Relaxed);
+        let (pos, n) = decode(|pos| self.word(pos), tail, head, self.layout, sink);
         // Release: our reads of the records happen-before the kernel reuses the space (it reads `data_tail`
         // with a full barrier before writing over it).
         self.tail().store(pos, Ordering::Release);
         n
+    }
+}
+
+/// The record decoder, apart from the memory it reads (so that it can be fuzzed and run under Miri over a byte
+/// slice): decode the records at ring positions `[tail, head)`, reading 8-byte words with `word(pos)` (called
+/// only with 8-aligned positions in `[tail, head)`), hand each to `sink`. Returns the position reached (the new
+/// `data_tail`) and the number of records.
+///
+/// Whatever the words say, it terminates, never reads outside `[tail, head)` and never asks for an unaligned
+/// word: a header with a size below 8, not a multiple of 8 or running past `head` (torn or corrupt) ends the
+/// pass at `head`; so does an unaligned `tail`.
+#[inline(always)]
+pub(crate) fn decode(
+    mut word: impl FnMut(u64) -> u64,
+    tail: u64,
+    head: u64,
+    layout: SampleLayout,
+    mut sink: impl FnMut(Record),
+) -> (u64, u64) {
+    let mut pos = tail;
+    let mut n = 0;
+    if pos % 8 != 0 {
+        return (head.max(tail), 0);
+    }
+    while pos < head {
+        let header = word(pos);
+        let kind = header as u32;
+        let size = header >> 48;
+        if size < 8 || size % 8 != 0 || size > head - pos {
+            // A torn or corrupt header: never loop forever; skip to head.
+            pos = head;
+            break;
+        }
+        let rec = match kind {
+            RECORD_SAMPLE if size >= 16 => {
+                let ip = word(pos + 8);
+                let (pid, tid) = if layout.tid && size >= 24 {
+                    let w = word(pos + 16);
+                    (w as u32, (w >> 32) as u32)
+                } else {
+                    (0, 0)
+                };
+                Record::Sample { ip, pid, tid }
+            }
+            RECORD_LOST if size >= 24 => Record::Lost(word(pos + 16)),
+            RECORD_LOST_SAMPLES if size >= 16 => Record::Lost(word(pos + 8)),
+            RECORD_THROTTLE => Record::Throttle,
+            RECORD_UNTHROTTLE => Record::Unthrottle,
+            _ => Record::Other,
+        };
+        sink(rec);
+        n += 1;
+        pos += size;
+    }
+    (pos, n)
+}
+
+/// [`decode`] over a byte slice standing for a ring's data area (its length a power of two, at least 8):
+/// position `pos` is byte `pos & (len - 1)`. For the fuzzer and Miri; the consumer reads mapped rings.
+pub(crate) fn decode_slice(
+    data: &[u8],
+    tail: u64,
+    head: u64,
+    layout: SampleLayout,
+    sink: impl FnMut(Record),
+) -> (u64, u64) {
+    assert!(data.len().is_power_of_two() && data.len() >= 8);
+    let mask = data.len() as u64 - 1;
+    let word = |pos: u64| {
+        assert!(
+            pos % 8 == 0 && pos >= tail && pos < head,
+            "read outside [tail, head)"
+        );
+        let off = (pos & mask) as usize;
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&data[off..off + 8]);
+        u64::from_ne_bytes(w)
+    };
+    decode(word, tail, head, layout, sink)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(kind: u32, size: u64) -> u64 {
+        u64::from(kind) | (size << 48)
+    }
+
+    fn ring_of(words: &[u64], len: usize) -> Vec<u8> {
+        let mut data = vec![0u8; len];
+        for (i, w) in words.iter().enumerate() {
+            data[i * 8..i * 8 + 8].copy_from_slice(&w.to_ne_bytes());
+        }
+        data
+    }
+
+    #[test]
+    fn decodes_records_and_wraps() {
+        let layout = SampleLayout { tid: true };
+        // A sample with tid, a lost record, a throttle, in a 64-byte ring starting 40 bytes in (it wraps).
+        let recs = [
+            header(RECORD_SAMPLE, 24),
+            0x1234,
+            (7u64 << 32) | 5,
+            header(RECORD_LOST, 24),
+            99,
+            3,
+            header(RECORD_THROTTLE, 8),
+        ];
+        let mut data = vec![0u8; 64];
+        for (i, w) in recs.iter().enumerate() {
+            let off = (40 + i * 8) % 64;
+            data[off..off + 8].copy_from_slice(&w.to_ne_bytes());
+        }
+        let mut got = Vec::new();
+        let (pos, n) = decode_slice(&data, 40, 40 + 56, layout, |r| got.push(r));
+        assert_eq!((pos, n), (96, 3));
+        assert_eq!(
+            got,
+            [
+                Record::Sample {
+                    ip: 0x1234,
+                    pid: 5,
+                    tid: 7
+                },
+                Record::Lost(3),
+                Record::Throttle
+            ]
+        );
+    }
+
+    #[test]
+    fn corrupt_headers_end_the_pass() {
+        let layout = SampleLayout { tid: false };
+        for bad in [
+            header(RECORD_SAMPLE, 0),
+            header(RECORD_SAMPLE, 12),
+            header(RECORD_SAMPLE, 4096),
+        ] {
+            let data = ring_of(&[bad, 1, 2, 3], 32);
+            let mut count = 0;
+            assert_eq!(decode_slice(&data, 0, 32, layout, |_| count += 1), (32, 0));
+            assert_eq!(count, 0);
+        }
+        // Unaligned tail, head before tail, positions near the top of u64.
+        let data = ring_of(&[header(RECORD_SAMPLE, 16), 1], 16);
+        assert_eq!(decode_slice(&data, 3, 19, layout, |_| ()), (19, 0));
+        assert_eq!(decode_slice(&data, 16, 8, layout, |_| ()), (16, 0));
+        let top = u64::MAX - 31;
+        assert_eq!(decode_slice(&data, top + 1, u64::MAX, layout, |_| ()).1, 0);
+        assert_eq!(
+            decode_slice(&data, top, top + 16, layout, |_| ()),
+            (top + 16, 1)
+        );
+        // A header whose size runs past the top of u64 ends the pass without overflow.
+        let data = ring_of(&[header(RECORD_SAMPLE, 0xFFF8), 1], 16);
+        assert_eq!(
+            decode_slice(&data, top + 16, u64::MAX, layout, |_| ()),
+            (u64::MAX, 0)
+        );
     }
 }
 
