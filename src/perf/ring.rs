@@ -155,7 +155,14 @@ impl Ring {
         let head = self.head().load(Ordering::Acquire);
         // Relaxed: only this thread writes `data_tail`.
         let tail = self.tail().load(Ordering::Relaxed);
-        let (pos, n) = decode(|pos| self.word(pos), tail, head, self.layout, sink);
+        let (pos, n) = decode(
+            |pos| self.word(pos),
+            tail,
+            head,
+            self.mask + 1,
+            self.layout,
+            sink,
+        );
         // Release: our reads of the records happen-before the kernel reuses the space (it reads `data_tail`
         // with a full barrier before writing over it).
         self.tail().store(pos, Ordering::Release);
@@ -168,20 +175,23 @@ impl Ring {
 /// only with 8-aligned positions in `[tail, head)`), hand each to `sink`. Returns the position reached (the new
 /// `data_tail`) and the number of records.
 ///
-/// Whatever the words say, it terminates, never reads outside `[tail, head)` and never asks for an unaligned
-/// word: a header with a size below 8, not a multiple of 8 or running past `head` (torn or corrupt) ends the
-/// pass at `head`; so does an unaligned `tail`.
+/// Whatever the words say, it terminates after at most `ring_len / 8` records, never reads outside
+/// `[tail, head)` and never asks for an unaligned word: a header with a size below 8, not a multiple of 8 or
+/// running past `head` (torn or corrupt) ends the pass at `head`; so does an unaligned `tail`, and a `head`
+/// more than a ring's length (`ring_len` bytes) ahead of `tail`, which the kernel never publishes (reading it
+/// would go round the ring again and again).
 #[inline(always)]
 pub(crate) fn decode(
     mut word: impl FnMut(u64) -> u64,
     tail: u64,
     head: u64,
+    ring_len: u64,
     layout: SampleLayout,
     mut sink: impl FnMut(Record),
 ) -> (u64, u64) {
     let mut pos = tail;
     let mut n = 0;
-    if pos % 8 != 0 {
+    if pos % 8 != 0 || head.saturating_sub(tail) > ring_len {
         return (head.max(tail), 0);
     }
     while pos < head {
@@ -238,7 +248,7 @@ pub(crate) fn decode_slice(
         w.copy_from_slice(&data[off..off + 8]);
         u64::from_ne_bytes(w)
     };
-    decode(word, tail, head, layout, sink)
+    decode(word, tail, head, data.len() as u64, layout, sink)
 }
 
 #[cfg(test)]
@@ -309,6 +319,17 @@ mod tests {
         let data = ring_of(&[header(RECORD_SAMPLE, 16), 1], 16);
         assert_eq!(decode_slice(&data, 3, 19, layout, |_| ()), (19, 0));
         assert_eq!(decode_slice(&data, 16, 8, layout, |_| ()), (16, 0));
+        // A head further ahead than the ring is long: never read round and round.
+        let throttles = ring_of(
+            &[header(RECORD_THROTTLE, 8), header(RECORD_THROTTLE, 8)],
+            16,
+        );
+        assert_eq!(decode_slice(&throttles, 0, 16, layout, |_| ()), (16, 2));
+        assert_eq!(decode_slice(&throttles, 0, 24, layout, |_| ()), (24, 0));
+        assert_eq!(
+            decode_slice(&throttles, 0, u64::MAX & !7, layout, |_| ()),
+            (u64::MAX & !7, 0)
+        );
         let top = u64::MAX - 31;
         assert_eq!(decode_slice(&data, top + 1, u64::MAX, layout, |_| ()).1, 0);
         assert_eq!(
