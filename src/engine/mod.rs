@@ -444,7 +444,7 @@ impl Engine {
                     sample_tid: false,
                     // Per-thread events follow the threads created later; per-CPU (global) ones see every task.
                     inherit_threads: !key.target.is_global(),
-                    wakeup_watermark: RING_PAGES * crate::perf::ring::page_size() / 4,
+                    wakeup_watermark: watermark_for(RING_PAGES),
                     // Hardware events start at the most precise level and step down (`open_precise`).
                     precise_ip: if source.is_hardware() { 3 } else { 0 },
                 };
@@ -652,7 +652,9 @@ impl<'a> Pass<'a> {
 
     /// Open thread `tid`'s event on every CPU of the pass.
     fn observe(&mut self, tid: i32) -> Result<(), NtStatus> {
-        for (ci, &cpu) in self.cpus.iter().enumerate() {
+        for ci in 0..self.cpus.len() {
+            let cpu = self.cpus[ci];
+            let mut interrupted = 0;
             let fd = loop {
                 let opened = if self.fds.is_empty() {
                     event::open_precise(self.params, tid, cpu)
@@ -662,6 +664,7 @@ impl<'a> Pass<'a> {
                 match opened {
                     Ok(fd) => break fd,
                     Err(libc::ESRCH) => return Ok(()), // the thread exited meanwhile
+                    Err(libc::EINTR) if interrupted < 3 => interrupted += 1, // try again
                     Err(libc::EMFILE) if !self.raised_nofile && raise_nofile_limit() => {
                         self.raised_nofile = true; // and try this CPU again
                     }
@@ -671,25 +674,60 @@ impl<'a> Pass<'a> {
                     Err(errno) => return Err(NtStatus::from_errno(errno)),
                 }
             };
-            match self.owner[ci] {
+            let fd = match self.owner[ci] {
                 None => {
-                    let ring = map_ring(&fd, self.layout)?;
+                    let (ring, fd) = match self.map_owner(fd, tid, cpu)? {
+                        Some(mapped) => mapped,
+                        None => return Ok(()), // the thread exited meanwhile
+                    };
                     self.rings.push(RingIn {
                         cpu,
                         ring,
                         fd: fd.as_raw_fd(),
                     });
                     self.owner[ci] = Some(self.fds.len());
+                    fd
                 }
                 Some(o) => {
                     event::set_output(fd.as_fd(), self.fds[o].as_fd())
                         .map_err(NtStatus::from_errno)?;
+                    fd
                 }
-            }
+            };
             self.fds.push(fd);
         }
         self.tids.push(tid);
         Ok(())
+    }
+
+    /// Map the ring of a CPU's first event. The ring may come out smaller than [`RING_PAGES`] (locked memory is
+    /// short); the kernel caps a wake-up watermark at the ring's size, so a watermark chosen for the full size
+    /// would wake the consumer only once the small ring is full, and samples would be lost. So when the ring is
+    /// smaller than the watermark was chosen for, the event is opened again with a watermark of a quarter of
+    /// the ring that could be mapped, and that size is mapped. `None`: the thread exited meanwhile.
+    fn map_owner(
+        &mut self,
+        mut fd: OwnedFd,
+        tid: i32,
+        cpu: usize,
+    ) -> Result<Option<(Ring, OwnedFd)>, NtStatus> {
+        let mut pages = RING_PAGES;
+        loop {
+            let (ring, got) = map_ring(&fd, self.layout, pages)?;
+            let watermark = watermark_for(got);
+            if self.params.wakeup_watermark <= watermark {
+                return Ok(Some((ring, fd)));
+            }
+            drop(ring);
+            drop(fd);
+            self.params.wakeup_watermark = watermark;
+            pages = got;
+            fd = match event::open(self.params, tid, cpu) {
+                Ok(fd) => fd,
+                Err(libc::ESRCH) => return Ok(None),
+                Err(errno) => return Err(NtStatus::from_errno(errno)),
+            };
+        }
     }
 
     fn finish(mut self) -> Result<Opened, NtStatus> {
@@ -722,13 +760,22 @@ fn raise_nofile_limit() -> bool {
     setrlimit(Resource::RLIMIT_NOFILE, want, hard).is_ok()
 }
 
-/// Map a ring within the locked-memory budget: halve the size on EPERM/ENOMEM down to one page, then fail with
-/// `STATUS_INSUFFICIENT_RESOURCES`.
-fn map_ring(fd: &OwnedFd, layout: SampleLayout) -> Result<Ring, NtStatus> {
-    let mut pages = RING_PAGES;
+/// The wake-up watermark for a ring of `pages` data pages: a quarter of it, so that the consumer drains a ring
+/// well before it fills.
+pub(crate) fn watermark_for(pages: usize) -> usize {
+    pages * crate::perf::ring::page_size() / 4
+}
+
+/// Map a ring within the locked-memory budget, `pages` data pages at most: halve the size on EPERM/ENOMEM down
+/// to one page, then fail with `STATUS_INSUFFICIENT_RESOURCES`. Returns the ring and its data pages.
+fn map_ring(
+    fd: &OwnedFd,
+    layout: SampleLayout,
+    mut pages: usize,
+) -> Result<(Ring, usize), NtStatus> {
     loop {
         match Ring::map(fd.as_fd(), pages, layout) {
-            Ok(ring) => return Ok(ring),
+            Ok(ring) => return Ok((ring, pages)),
             Err(libc::EPERM | libc::ENOMEM) if pages > 1 => pages /= 2,
             Err(libc::EPERM | libc::ENOMEM) => return Err(NtStatus::INSUFFICIENT_RESOURCES),
             Err(errno) => return Err(NtStatus::from_errno(errno)),

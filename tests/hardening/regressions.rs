@@ -126,7 +126,10 @@ fn exhausted_descriptors_never_mark_a_source_unsupported() {
                 st(NtQueryIntervalProfile(PROFILE_TIME, &mut interval)),
                 NtStatus::SUCCESS
             );
-            assert_ne!(interval, 0, "ProfileTime stays supported once descriptors are free");
+            assert_ne!(
+                interval, 0,
+                "ProfileTime stays supported once descriptors are free"
+            );
             assert_eq!(
                 create(&mut handle, CURRENT_PROCESS, &mut buffer),
                 NtStatus::SUCCESS
@@ -276,7 +279,11 @@ fn failed_statistics_query_writes_nothing() {
         // SAFETY: [base, base + page) is ours and writable.
         unsafe { std::ptr::write_bytes(base.cast::<u8>(), 0xAA, page) };
         let s = st(NtprofileQueryStatistics(handle, at as *mut ProfileStats));
-        assert_eq!(s, NtStatus::ACCESS_VIOLATION, "record {offset} bytes before the guard page");
+        assert_eq!(
+            s,
+            NtStatus::ACCESS_VIOLATION,
+            "record {offset} bytes before the guard page"
+        );
         // SAFETY: as above.
         let first = unsafe { std::slice::from_raw_parts(base.cast::<u8>(), page) };
         assert!(
