@@ -9,6 +9,7 @@
 mod common;
 mod faults;
 mod regressions;
+mod stress;
 
 use std::ffi::c_void;
 use std::process::Command;
