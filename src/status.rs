@@ -93,9 +93,14 @@ impl NtStatus {
             }
             libc::EACCES | libc::EPERM => NtStatus::PRIVILEGE_NOT_HELD,
             libc::ESRCH => NtStatus::INVALID_HANDLE,
-            libc::EMFILE | libc::ENFILE | libc::ENOMEM | libc::ENOSPC | libc::EAGAIN => {
-                NtStatus::INSUFFICIENT_RESOURCES
-            }
+            // Passing shortages (EINTR left after the retries, EBUSY: a counter held by someone else for now).
+            libc::EMFILE
+            | libc::ENFILE
+            | libc::ENOMEM
+            | libc::ENOSPC
+            | libc::EAGAIN
+            | libc::EINTR
+            | libc::EBUSY => NtStatus::INSUFFICIENT_RESOURCES,
             libc::EFAULT => NtStatus::ACCESS_VIOLATION,
             libc::EINVAL | libc::E2BIG => NtStatus::INVALID_PARAMETER,
             _ => NtStatus::INTERNAL_ERROR,
