@@ -117,9 +117,10 @@ fuzz_target!(|ops: Vec<Op>| {
             Op::Create => m.create(usize::MAX, NtStatus::SUCCESS),
             Op::CreateOf(w) => {
                 let (value, live) = m.resolve(w);
-                let expected = match (w, live.map(|i| m.entries[i].kind)) {
-                    (Which::CurrentProcess, _) => NtStatus::SUCCESS,
-                    (Which::CurrentThread, _) => NtStatus::OBJECT_TYPE_MISMATCH,
+                let expected = match (value, live.map(|i| m.entries[i].kind)) {
+                    // The pseudo-handles, however they were spelled.
+                    (usize::MAX, _) => NtStatus::SUCCESS,
+                    (v, _) if v == usize::MAX - 1 => NtStatus::OBJECT_TYPE_MISMATCH,
                     (_, Some(Kind::Process)) => NtStatus::SUCCESS,
                     (_, Some(Kind::Profile)) => NtStatus::OBJECT_TYPE_MISMATCH,
                     // NULL is the global profile: it needs the privilege (root has it here, others may not).
