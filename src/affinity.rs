@@ -121,8 +121,7 @@ pub fn parse_cpu_list(text: &str) -> Option<CpuSet> {
 
 /// The online CPUs now (read at each call: CPUs can go on- and offline).
 pub fn online_cpus() -> CpuSet {
-    std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .ok()
+    crate::perf::proc::online_cpu_list()
         .and_then(|t| parse_cpu_list(&t))
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| {
@@ -135,8 +134,7 @@ pub fn online_cpus() -> CpuSet {
 
 /// The processor group of the calling thread (the group of the CPU it runs on now).
 pub fn current_group() -> usize {
-    // sched_getcpu through nix: no unsafe here.
-    nix::sched::sched_getcpu()
+    crate::perf::sys::current_cpu()
         .map(|c| c / GROUP_SIZE)
         .unwrap_or(0)
 }

@@ -36,7 +36,6 @@ pub mod buckets;
 pub mod engine;
 mod error;
 pub mod ffi;
-#[allow(unsafe_code)]
 mod perf;
 pub mod profile;
 pub mod source;

@@ -25,6 +25,8 @@ use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use nix::errno::Errno;
+
 use ntprofile::ffi::exports::{
     NtClose, NtCreateProfile, NtQueryIntervalProfile, NtSetIntervalProfile, NtprofileQuerySources,
     NtprofileRegisterSource, NtprofileSetSourceJitter,
@@ -285,10 +287,10 @@ fn hardware_sources() -> Vec<ProfileSource> {
 }
 
 /// The errno values that mean "this event does not exist / cannot sample here".
-fn is_absent_errno(errno: i32) -> bool {
+fn is_absent_errno(errno: Errno) -> bool {
     matches!(
         errno,
-        libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV | libc::ENOSYS
+        Errno::ENOENT | Errno::EOPNOTSUPP | Errno::ENODEV | Errno::ENOSYS
     )
 }
 
@@ -415,7 +417,8 @@ fn hardware_sources_answer_honestly() {
             }
             Support::OpenFailed(errno) => {
                 println!(
-                    "{s:?}: branch A (no PMU event: errno {errno}, {})",
+                    "{s:?}: branch A (no PMU event: errno {}, {})",
+                    errno as i32,
                     s.support().reason()
                 );
                 assert!(
@@ -492,7 +495,8 @@ fn hardware_sampling_hits_the_hot_function() {
             }
             Support::OpenFailed(errno) => {
                 println!(
-                    "{s:?}: branch A: no PMU (errno {errno}: {}); nothing to sample",
+                    "{s:?}: branch A: no PMU (errno {}: {}); nothing to sample",
+                    errno as i32,
                     s.support().reason()
                 );
                 assert!(is_absent_errno(errno), "{s:?}: errno {errno}");

@@ -182,7 +182,7 @@ pub(crate) struct Consumer {
 }
 
 impl Consumer {
-    pub(crate) fn new(rx: Receiver<Msg>, waker: Arc<Waker>) -> Result<Consumer, i32> {
+    pub(crate) fn new(rx: Receiver<Msg>, waker: Arc<Waker>) -> Result<Consumer, nix::errno::Errno> {
         let epoll = Epoll::new()?;
         epoll.add(waker.fd_raw(), WAKER_TOKEN)?;
         Ok(Consumer {

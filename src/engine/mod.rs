@@ -20,11 +20,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 
 use crossbeam::channel::{Sender, bounded, unbounded};
+use nix::errno::Errno;
 
 use crate::affinity::{CpuSet, online_cpus};
 use crate::perf::event::{self, EventParams};
+use crate::perf::proc;
 use crate::perf::ring::{Ring, SampleLayout};
-use crate::perf::sys::{Waker, gettid};
+use crate::perf::sys::{self, Tid, Waker, gettid};
 use crate::profile::ProfileCore;
 use crate::source::{self, ProfileSource};
 use crate::status::NtStatus;
@@ -56,7 +58,7 @@ struct Stream {
     /// Started profiles on this stream.
     profiles: usize,
     /// The threads whose events were opened directly (the others are covered by inheritance).
-    tids: Vec<i32>,
+    tids: Vec<Tid>,
     /// When the jitter thread draws this stream's next period (`None`: the period is fixed).
     jitter_next: Option<std::time::Instant>,
     /// The first half of an antithetic pair of draws, waiting for its mirror.
@@ -67,9 +69,9 @@ struct ConsumerHandle {
     tx: Sender<Msg>,
     waker: Arc<Waker>,
     thread: JoinHandle<()>,
-    tid: i32,
+    tid: Tid,
     /// The jitter thread: its tid (never observed) and its wake-up channel (dropping it stops the thread).
-    jitter: Option<(i32, Sender<()>)>,
+    jitter: Option<(Tid, Sender<()>)>,
 }
 
 pub(crate) struct Engine {
@@ -90,15 +92,6 @@ static ENGINE: Mutex<Engine> = Mutex::new(Engine {
 pub(crate) fn lock() -> MutexGuard<'static, Engine> {
     // A panic while holding the lock leaves the tables consistent at every await point; keep going.
     ENGINE.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Block every signal in a thread of the library: process-directed signals are for the program's threads.
-fn block_signals() {
-    let _ = nix::sys::signal::pthread_sigmask(
-        nix::sys::signal::SigmaskHow::SIG_BLOCK,
-        Some(&nix::sys::signal::SigSet::all()),
-        None,
-    );
 }
 
 /// The started-profile limit now: 8192 × online processors.
@@ -235,7 +228,7 @@ impl Engine {
     }
 
     /// Threads of this library that are never observed: the consumer and the jitter thread.
-    fn own_tids(&self) -> Vec<i32> {
+    fn own_tids(&self) -> Vec<Tid> {
         match &self.consumer {
             Some(c) => std::iter::once(c.tid)
                 .chain(c.jitter.as_ref().map(|j| j.0))
@@ -340,23 +333,23 @@ impl Engine {
         }
         // Invariant: the consumer is created only while no stream exists, so it never inherits an event.
         debug_assert!(self.streams.is_empty());
-        let waker = Arc::new(Waker::new().map_err(NtStatus::from_errno)?);
+        let waker = Arc::new(Waker::new()?);
         let (tx, rx) = unbounded();
-        let consumer = Consumer::new(rx, waker.clone()).map_err(NtStatus::from_errno)?;
+        let consumer = Consumer::new(rx, waker.clone())?;
         let (tid_tx, tid_rx) = bounded(2);
         let (wake_tx, wake_rx) = bounded::<()>(1);
         let thread = std::thread::Builder::new()
             .name("ntprofile-consumer".into())
             .stack_size(256 * 1024)
             .spawn(move || {
-                block_signals();
+                sys::block_all_signals();
                 let _ = tid_tx.send(Some(gettid()));
                 // The jitter thread is created here, by a thread that has no event: it inherits none.
                 let jitter = std::thread::Builder::new()
                     .name("ntprofile-jitter".into())
                     .stack_size(256 * 1024)
                     .spawn(move || {
-                        block_signals();
+                        sys::block_all_signals();
                         let _ = tid_tx.send(Some(gettid()));
                         jitter::run(wake_rx);
                     });
@@ -395,7 +388,7 @@ impl Engine {
         if let Some(c) = self.consumer.take() {
             // First the jitter thread's channel (it stops, never waiting for the engine lock we hold), then the
             // consumer, which joins it.
-            let tids: Vec<i32> = std::iter::once(c.tid)
+            let tids: Vec<Tid> = std::iter::once(c.tid)
                 .chain(c.jitter.as_ref().map(|j| j.0))
                 .collect();
             drop(c.jitter);
@@ -405,9 +398,8 @@ impl Engine {
             // A join returns when the kernel clears the thread's tid, a moment before the thread is released:
             // wait (briefly) until it is gone from /proc, so that no thread of ours outlives the call.
             for tid in tids {
-                let path = format!("/proc/self/task/{tid}");
                 for _ in 0..2000 {
-                    if std::fs::metadata(&path).is_err() {
+                    if !proc::own_thread_exists(tid) {
                         break;
                     }
                     std::thread::sleep(std::time::Duration::from_micros(5));
@@ -518,9 +510,9 @@ impl Engine {
         let mut failed = None;
         for fd in &self.streams[si].fds[first_new..] {
             if let Err(errno) = event::enable(fd.as_fd())
-                && errno != libc::ESRCH
+                && errno != Errno::ESRCH
             {
-                failed = Some(NtStatus::from_errno(errno));
+                failed = Some(NtStatus::from(errno));
             }
         }
         self.streams[si].profiles += 1;
@@ -581,7 +573,7 @@ fn open_cpus(
     params: &mut EventParams,
     target: &Target,
     cpus: &CpuSet,
-    skip: &[i32],
+    skip: &[Tid],
 ) -> Result<Opened, NtStatus> {
     for attempt in 0..RESCAN_LIMIT {
         let mut pass = Pass::new(&mut *params, cpus, target);
@@ -589,7 +581,7 @@ fn open_cpus(
         for &tid in scan.iter().filter(|t| !skip.contains(t)) {
             pass.observe(tid)?;
         }
-        let fresh: Vec<i32> = target
+        let fresh: Vec<Tid> = target
             .threads()?
             .into_iter()
             .filter(|t| !skip.contains(t) && scan.binary_search(t).is_err())
@@ -611,7 +603,7 @@ struct Opened {
     /// One ring per CPU.
     rings: Vec<RingIn>,
     /// The threads observed directly, sorted.
-    tids: Vec<i32>,
+    tids: Vec<Tid>,
 }
 
 /// One attempt at opening a stream's events on some CPUs.
@@ -627,7 +619,7 @@ struct Pass<'a> {
     /// The soft descriptor limit was already raised once by this pass.
     raised_nofile: bool,
     /// Threads observed on every CPU of the pass.
-    tids: Vec<i32>,
+    tids: Vec<Tid>,
 }
 
 impl<'a> Pass<'a> {
@@ -651,7 +643,7 @@ impl<'a> Pass<'a> {
     }
 
     /// Open thread `tid`'s event on every CPU of the pass.
-    fn observe(&mut self, tid: i32) -> Result<(), NtStatus> {
+    fn observe(&mut self, tid: Tid) -> Result<(), NtStatus> {
         for (ci, &cpu) in self.cpus.iter().enumerate() {
             let fd = loop {
                 let opened = if self.fds.is_empty() {
@@ -661,14 +653,14 @@ impl<'a> Pass<'a> {
                 };
                 match opened {
                     Ok(fd) => break fd,
-                    Err(libc::ESRCH) => return Ok(()), // the thread exited meanwhile
-                    Err(libc::EMFILE) if !self.raised_nofile && raise_nofile_limit() => {
+                    Err(Errno::ESRCH) => return Ok(()), // the thread exited meanwhile
+                    Err(Errno::EMFILE) if !self.raised_nofile && sys::raise_nofile_limit() => {
                         self.raised_nofile = true; // and try this CPU again
                     }
-                    Err(libc::EACCES | libc::EPERM) if self.other_process => {
+                    Err(Errno::EACCES | Errno::EPERM) if self.other_process => {
                         return Err(NtStatus::ACCESS_DENIED);
                     }
-                    Err(errno) => return Err(NtStatus::from_errno(errno)),
+                    Err(errno) => return Err(NtStatus::from(errno)),
                 }
             };
             match self.owner[ci] {
@@ -682,8 +674,7 @@ impl<'a> Pass<'a> {
                     self.owner[ci] = Some(self.fds.len());
                 }
                 Some(o) => {
-                    event::set_output(fd.as_fd(), self.fds[o].as_fd())
-                        .map_err(NtStatus::from_errno)?;
+                    event::set_output(fd.as_fd(), self.fds[o].as_fd())?;
                 }
             }
             self.fds.push(fd);
@@ -706,22 +697,6 @@ impl<'a> Pass<'a> {
     }
 }
 
-/// Raise the soft `RLIMIT_NOFILE` toward the hard limit (doubling, at least +1024). True if it went up.
-fn raise_nofile_limit() -> bool {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
-        return false;
-    };
-    if soft >= hard {
-        return false;
-    }
-    let want = soft
-        .saturating_mul(2)
-        .max(soft.saturating_add(1024))
-        .min(hard);
-    setrlimit(Resource::RLIMIT_NOFILE, want, hard).is_ok()
-}
-
 /// Map a ring within the locked-memory budget: halve the size on EPERM/ENOMEM down to one page, then fail with
 /// `STATUS_INSUFFICIENT_RESOURCES`.
 fn map_ring(fd: &OwnedFd, layout: SampleLayout) -> Result<Ring, NtStatus> {
@@ -729,9 +704,9 @@ fn map_ring(fd: &OwnedFd, layout: SampleLayout) -> Result<Ring, NtStatus> {
     loop {
         match Ring::map(fd.as_fd(), pages, layout) {
             Ok(ring) => return Ok(ring),
-            Err(libc::EPERM | libc::ENOMEM) if pages > 1 => pages /= 2,
-            Err(libc::EPERM | libc::ENOMEM) => return Err(NtStatus::INSUFFICIENT_RESOURCES),
-            Err(errno) => return Err(NtStatus::from_errno(errno)),
+            Err(Errno::EPERM | Errno::ENOMEM) if pages > 1 => pages /= 2,
+            Err(Errno::EPERM | Errno::ENOMEM) => return Err(NtStatus::INSUFFICIENT_RESOURCES),
+            Err(errno) => return Err(NtStatus::from(errno)),
         }
     }
 }

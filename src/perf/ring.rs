@@ -7,29 +7,49 @@
 //! descriptor (a mapping holds its own reference to the event's buffer). The kernel writes records into the
 //! data area and publishes them by storing `data_head`; we read only bytes between `data_tail` and the
 //! `data_head` we loaded, and give space back by storing `data_tail`.
+//!
+//! The metadata page's layout and the record kinds come from `perf-event-open-sys2`'s bindings of
+//! `<linux/perf_event.h>`; the sample layout (which fields follow the header) is the one our events request.
+#![allow(unsafe_code)]
 
+use std::mem::offset_of;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Offset of `data_head` in `struct perf_event_mmap_page` (see `perf_event_open(2)`).
-const DATA_HEAD: usize = 1024;
-/// Offset of `data_tail`.
-const DATA_TAIL: usize = 1032;
-/// Offset of `data_offset`.
-const DATA_OFFSET: usize = 1040;
-/// Offset of `data_size`.
-const DATA_SIZE: usize = 1048;
+use nix::errno::Errno;
+use perf_event_open_sys::bindings::{self, perf_event_mmap_page};
 
-/// `PERF_RECORD_LOST`.
-const RECORD_LOST: u32 = 2;
-/// `PERF_RECORD_THROTTLE`.
-const RECORD_THROTTLE: u32 = 5;
-/// `PERF_RECORD_UNTHROTTLE`.
-const RECORD_UNTHROTTLE: u32 = 6;
-/// `PERF_RECORD_SAMPLE`.
-const RECORD_SAMPLE: u32 = 9;
-/// `PERF_RECORD_LOST_SAMPLES`.
-const RECORD_LOST_SAMPLES: u32 = 13;
+/// Offset of `data_head` in `struct perf_event_mmap_page`.
+const DATA_HEAD: usize = offset_of!(perf_event_mmap_page, data_head);
+/// Offset of `data_tail`.
+const DATA_TAIL: usize = offset_of!(perf_event_mmap_page, data_tail);
+/// Offset of `data_offset`.
+const DATA_OFFSET: usize = offset_of!(perf_event_mmap_page, data_offset);
+/// Offset of `data_size`.
+const DATA_SIZE: usize = offset_of!(perf_event_mmap_page, data_size);
+
+const RECORD_LOST: u32 = bindings::PERF_RECORD_LOST;
+const RECORD_THROTTLE: u32 = bindings::PERF_RECORD_THROTTLE;
+const RECORD_UNTHROTTLE: u32 = bindings::PERF_RECORD_UNTHROTTLE;
+const RECORD_SAMPLE: u32 = bindings::PERF_RECORD_SAMPLE;
+const RECORD_LOST_SAMPLES: u32 = bindings::PERF_RECORD_LOST_SAMPLES;
+
+/// One 8-byte word of the ring: records and their fields are 8-aligned `u64`s.
+const WORD: u64 = std::mem::size_of::<u64>() as u64;
+/// Size of `struct perf_event_header`, the first word of every record.
+const HEADER: u64 = std::mem::size_of::<bindings::perf_event_header>() as u64;
+/// Bit position of `perf_event_header.size` in the header word read as a little-endian `u64`.
+const SIZE_SHIFT: u64 = 8 * offset_of!(bindings::perf_event_header, size) as u64;
+const _: () = assert!(offset_of!(bindings::perf_event_header, type_) == 0 && HEADER == WORD);
+
+/// `PERF_RECORD_SAMPLE` with `PERF_SAMPLE_IP`: the IP is the word after the header.
+const SAMPLE_IP: u64 = HEADER;
+/// `PERF_SAMPLE_TID` (`u32 pid, tid`) follows the IP.
+const SAMPLE_TID: u64 = SAMPLE_IP + WORD;
+/// `PERF_RECORD_LOST`: `u64 id, lost` after the header.
+const LOST_LOST: u64 = HEADER + WORD;
+/// `PERF_RECORD_LOST_SAMPLES`: `u64 lost` after the header.
+const LOST_SAMPLES_LOST: u64 = HEADER;
 
 /// The layout of a stream's `PERF_RECORD_SAMPLE`: always `PERF_SAMPLE_IP`, optionally `PERF_SAMPLE_TID`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,7 +98,7 @@ impl Ring {
     ///
     /// # Errors
     /// The errno of `mmap(2)`: EPERM/ENOMEM when the locked-memory budget is spent.
-    pub fn map(fd: BorrowedFd<'_>, data_pages: usize, layout: SampleLayout) -> Result<Ring, i32> {
+    pub fn map(fd: BorrowedFd<'_>, data_pages: usize, layout: SampleLayout) -> Result<Ring, Errno> {
         assert!(data_pages.is_power_of_two());
         let page = page_size();
         let map_len = (1 + data_pages) * page;
@@ -95,7 +115,7 @@ impl Ring {
             )
         };
         if base == libc::MAP_FAILED {
-            return Err(super::event::last_errno());
+            return Err(Errno::last());
         }
         let base = base.cast::<u8>();
         // SAFETY: the metadata page is mapped and the kernel fills `data_offset`/`data_size` before mmap returns.
@@ -159,25 +179,27 @@ impl Ring {
         while pos < head {
             let header = self.word(pos);
             let kind = header as u32;
-            let size = header >> 48;
-            if size < 8 || pos + size > head {
+            let size = header >> SIZE_SHIFT;
+            if size < HEADER || pos + size > head {
                 // A torn or corrupt header: never loop forever; skip to head.
                 pos = head;
                 break;
             }
             let rec = match kind {
                 RECORD_SAMPLE => {
-                    let ip = self.word(pos + 8);
-                    let (pid, tid) = if self.layout.tid && size >= 24 {
-                        let w = self.word(pos + 16);
-                        (w as u32, (w >> 32) as u32)
+                    let ip = self.word(pos + SAMPLE_IP);
+                    let (pid, tid) = if self.layout.tid && size >= SAMPLE_TID + WORD {
+                        let w = self.word(pos + SAMPLE_TID);
+                        (w as u32, (w >> u32::BITS) as u32)
                     } else {
                         (0, 0)
                     };
                     Record::Sample { ip, pid, tid }
                 }
-                RECORD_LOST if size >= 24 => Record::Lost(self.word(pos + 16)),
-                RECORD_LOST_SAMPLES if size >= 16 => Record::Lost(self.word(pos + 8)),
+                RECORD_LOST if size >= LOST_LOST + WORD => Record::Lost(self.word(pos + LOST_LOST)),
+                RECORD_LOST_SAMPLES if size >= LOST_SAMPLES_LOST + WORD => {
+                    Record::Lost(self.word(pos + LOST_SAMPLES_LOST))
+                }
                 RECORD_THROTTLE => Record::Throttle,
                 RECORD_UNTHROTTLE => Record::Unthrottle,
                 _ => Record::Other,
