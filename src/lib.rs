@@ -36,6 +36,8 @@ pub mod buckets;
 pub mod engine;
 mod error;
 pub mod ffi;
+mod fork;
+mod handles;
 mod perf;
 pub mod profile;
 pub mod source;

@@ -6,16 +6,18 @@
 //!
 //! # Safety
 //! `#[unsafe(no_mangle)]` is the only unsafe item here: each exported name is unique in the library and is
-//! declared with the same signature in `include/ntprofile.h`.
+//! declared with the same signature in `include/ntprofile.h`. A C caller's counter buffer becomes a
+//! [`CounterStorage`] through its `unsafe` constructor, after the probes its `# Safety` section asks for.
+#![allow(unsafe_code)]
 
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use super::handles::{Object, table};
 use super::probe;
 use crate::affinity::{Affinity, current_group, online_cpus};
 use crate::engine::{self, counters::CounterStorage};
+use crate::handles::{Object, table};
 use crate::profile::{ProfileCore, ProfileStats, check_front, check_kernel_privilege};
 use crate::source::{self, ProfileSource};
 use crate::status::NtStatus;
@@ -114,10 +116,11 @@ fn create(
     };
     check_kernel_privilege(&layout)?;
     // Check 10: create, stopped; write the handle.
-    let storage = CounterStorage::Borrowed {
-        addr: buffer,
-        len: (buffer_size / 4) as usize,
-    };
+    // SAFETY: `buffer` was checked 4-byte aligned and `[buffer, buffer + buffer_size)` mapped writable above;
+    // the C caller keeps it valid until the profile is stopped (the contract in `include/ntprofile.h`), and
+    // each start probes it again.
+    let storage = unsafe { CounterStorage::borrowed(buffer, (buffer_size / 4) as usize) };
+    crate::fork::install();
     let core = ProfileCore::new(layout, source, target, affinity, storage);
     let handle = table.insert(Object::Profile(Arc::new(core)))?;
     if let Err(status) = probe::write_bytes(handle_out, &handle.to_ne_bytes()) {
@@ -244,16 +247,16 @@ pub extern "C" fn NtOpenProcess(
 pub extern "C" fn NtStartProfile(profile_handle: Handle) -> i32 {
     boundary(|| {
         with_profile(profile_handle, |core| {
-            if engine::is_started(core.id) {
+            if core.is_started() {
                 return Err(NtStatus::PROFILING_NOT_STOPPED);
             }
             // The caller may have unmapped the buffer since create: probe it again.
-            if let CounterStorage::Borrowed { addr, len } = core.storage
-                && !probe::is_writable(addr, len * 4)
+            if let CounterStorage::Borrowed(b) = &core.storage
+                && !probe::is_writable(b.addr(), b.len() * 4)
             {
                 return Err(NtStatus::ACCESS_VIOLATION);
             }
-            engine::start(core)
+            core.start()
         })
     })
 }
@@ -261,7 +264,7 @@ pub extern "C" fn NtStartProfile(profile_handle: Handle) -> i32 {
 /// `NtStopProfile` — stop sampling; returns when the counts are complete.
 #[unsafe(no_mangle)]
 pub extern "C" fn NtStopProfile(profile_handle: Handle) -> i32 {
-    boundary(|| with_profile(profile_handle, |core| engine::stop(core)))
+    boundary(|| with_profile(profile_handle, |core| core.stop()))
 }
 
 /// `NtClose` — close a handle; a started profile is stopped first. Closing a pseudo-handle
@@ -275,8 +278,8 @@ pub extern "C" fn NtClose(handle: Handle) -> i32 {
         let mut table = table();
         match table.remove(handle as usize)? {
             Object::Profile(core) => {
-                if engine::is_started(core.id) {
-                    let _ = engine::stop(&core);
+                if core.is_started() {
+                    let _ = core.stop();
                 }
             }
             // The pidfd closes with the last reference (a started profile's stream may still hold one).
@@ -321,7 +324,7 @@ pub extern "C" fn NtprofileQueryStatistics(
 ) -> i32 {
     boundary(|| {
         with_profile(profile_handle, |core| {
-            if engine::is_started(core.id) {
+            if core.is_started() {
                 engine::sync()?;
             }
             let s = core.stats.read();
