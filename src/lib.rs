@@ -28,6 +28,12 @@
 //! From C: `include/ntprofile.h` and `libntprofile.so`. The contract is `../shared/spec/nt-profile-api.md`,
 //! the Linux mapping `../shared/spec/linux-mapping.md`.
 #![deny(unsafe_code)]
+// Every unsafe block says why it is sound, one unsafe operation per block; the files that need `unsafe` allow
+// it themselves, under their `# Safety` note.
+#![deny(
+    clippy::undocumented_unsafe_blocks,
+    clippy::multiple_unsafe_ops_per_block
+)]
 #![warn(missing_docs)]
 
 pub mod affinity;

@@ -117,10 +117,12 @@ impl CounterBuf {
     #[inline(always)]
     pub fn increment(&self, index: u64) {
         if index < self.len as u64 {
-            // SAFETY: `index < len`, so the counter is inside the buffer, which is live and writable (module
-            // docs). Relaxed: each counter is independent; the stop barrier's channel ack orders every increment
-            // before the caller's reads after stop.
-            unsafe { (*self.ptr.add(index as usize)).fetch_add(1, Ordering::Relaxed) };
+            // SAFETY: `index < len`, so the offset stays inside the buffer (module docs).
+            let counter = unsafe { self.ptr.add(index as usize) };
+            // SAFETY: `counter` is inside the buffer, which is live, aligned and writable (module docs). Relaxed:
+            // each counter is independent; the stop barrier's channel ack orders every increment before the
+            // caller's reads after stop.
+            unsafe { (*counter).fetch_add(1, Ordering::Relaxed) };
         }
     }
 }

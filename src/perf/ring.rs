@@ -118,13 +118,12 @@ impl Ring {
             return Err(Errno::last());
         }
         let base = base.cast::<u8>();
-        // SAFETY: the metadata page is mapped and the kernel fills `data_offset`/`data_size` before mmap returns.
-        let (data_offset, data_size) = unsafe {
-            (
-                std::ptr::read_volatile(base.add(DATA_OFFSET).cast::<u64>()),
-                std::ptr::read_volatile(base.add(DATA_SIZE).cast::<u64>()),
-            )
-        };
+        // Both offsets lie inside the mapped metadata page (no wrap-around: plain pointer arithmetic).
+        let (offset_at, size_at) = (base.wrapping_add(DATA_OFFSET), base.wrapping_add(DATA_SIZE));
+        // SAFETY: an aligned u64 of the mapped metadata page; the kernel fills it before mmap returns.
+        let data_offset = unsafe { std::ptr::read_volatile(offset_at.cast::<u64>()) };
+        // SAFETY: as above, for `data_size`.
+        let data_size = unsafe { std::ptr::read_volatile(size_at.cast::<u64>()) };
         let (data_offset, data_size) = if data_size == 0 {
             // Kernels before 4.1 leave these zero: the data area starts at the second page.
             (page as u64, (data_pages * page) as u64)
@@ -140,14 +139,21 @@ impl Ring {
         })
     }
 
+    /// The 8-byte aligned u64 at `offset` (`data_head` or `data_tail`) of the metadata page, as an atomic.
+    fn metadata_word(&self, offset: usize) -> &AtomicU64 {
+        // SAFETY: `offset` is DATA_HEAD or DATA_TAIL, inside the mapped metadata page.
+        let at = unsafe { self.base.add(offset) };
+        // SAFETY: an 8-byte aligned u64 inside the mapping, alive while `self` is; the kernel and this thread
+        // access it only atomically.
+        unsafe { &*at.cast::<AtomicU64>() }
+    }
+
     fn head(&self) -> &AtomicU64 {
-        // SAFETY: `data_head` is an 8-byte aligned u64 inside the mapped metadata page, alive while `self` is.
-        unsafe { &*self.base.add(DATA_HEAD).cast::<AtomicU64>() }
+        self.metadata_word(DATA_HEAD)
     }
 
     fn tail(&self) -> &AtomicU64 {
-        // SAFETY: as `head`, for `data_tail`.
-        unsafe { &*self.base.add(DATA_TAIL).cast::<AtomicU64>() }
+        self.metadata_word(DATA_TAIL)
     }
 
     /// Read the 8-byte word at ring position `pos` (an 8-aligned position: records are 8-aligned and the data
@@ -155,9 +161,11 @@ impl Ring {
     #[inline(always)]
     fn word(&self, pos: u64) -> u64 {
         let off = self.data_offset + (pos & self.mask) as usize;
-        // SAFETY: `off` is inside the data area; the caller only reads positions in [tail, head), which the
+        // SAFETY: `off` is inside the data area of the mapping (masked by the data size).
+        let at = unsafe { self.base.add(off) };
+        // SAFETY: an 8-aligned word of the data area; the caller only reads positions in [tail, head), which the
         // kernel finished writing before its store of `data_head` (paired with our Acquire load in `drain`).
-        unsafe { std::ptr::read_volatile(self.base.add(off).cast::<u64>()) }
+        unsafe { std::ptr::read_volatile(at.cast::<u64>()) }
     }
 
     /// True when records are waiting.
