@@ -15,6 +15,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use super::probe;
+use super::records::{SOURCE_INFO_SIZE, SourceInfoRecord};
 use crate::affinity::{Affinity, current_group, online_cpus};
 use crate::engine::{self, counters::CounterStorage};
 use crate::handles::{Object, table};
@@ -340,45 +341,6 @@ pub extern "C" fn NtprofileQueryStatistics(
     })
 }
 
-/// Size of `NTPROFILE_SOURCE_INFO`.
-const SOURCE_INFO_SIZE: usize = 192;
-
-/// Encode one `NTPROFILE_SOURCE_INFO` record (layout documented in `include/ntprofile.h`).
-fn encode_source_info(info: &source::SourceInfo) -> [u8; SOURCE_INFO_SIZE] {
-    let mut rec = [0u8; SOURCE_INFO_SIZE];
-    let mut put32 = |off: usize, v: u32| rec[off..off + 4].copy_from_slice(&v.to_ne_bytes());
-    let errno = match info.support {
-        source::Support::OpenFailed(e) => e as u32,
-        _ => 0,
-    };
-    put32(0, info.source.to_raw());
-    put32(4, u32::from(info.support.is_supported()));
-    put32(8, errno);
-    put32(12, u32::from(info.unit == source::IntervalUnit::Events));
-    put32(16, info.min_interval);
-    put32(20, info.max_interval);
-    put32(24, info.interval);
-    put32(28, info.jitter_percent);
-    put32(32, info.event.map_or(u32::MAX, |e| e.type_));
-    let event = info.event.unwrap_or(source::PerfEventSpec {
-        type_: u32::MAX,
-        config: 0,
-        config1: 0,
-        config2: 0,
-        name: "",
-    });
-    for (off, v) in [(40, event.config), (48, event.config1), (56, event.config2)] {
-        rec[off..off + 8].copy_from_slice(&v.to_ne_bytes());
-    }
-    // NUL-terminated, truncated to 63 bytes.
-    for (off, text) in [(64, info.name), (128, event.name)] {
-        let bytes = text.as_bytes();
-        let n = bytes.len().min(63);
-        rec[off..off + n].copy_from_slice(&bytes[..n]);
-    }
-    rec
-}
-
 /// `NtprofileQuerySources` — the source listing: every source with its name, whether it is supported here
 /// (and the errno when not), its interval limits, unit, effective interval, jitter and perf event.
 /// `*TotalCount` receives the number of sources; when `BufferCount` is smaller, nothing else is written and the
@@ -403,10 +365,8 @@ pub extern "C" fn NtprofileQuerySources(
             return Err(NtStatus::ACCESS_VIOLATION);
         }
         for (i, info) in list.iter().enumerate() {
-            probe::write_bytes(
-                buffer as usize + i * SOURCE_INFO_SIZE,
-                &encode_source_info(info),
-            )?;
+            let record = SourceInfoRecord::new(info);
+            probe::write_bytes(buffer as usize + i * SOURCE_INFO_SIZE, record.as_bytes())?;
         }
         Ok(())
     })
