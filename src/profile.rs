@@ -1,5 +1,5 @@
 //! The profile object shared by the C and Rust APIs: parameters fixed at creation (source, target, processors)
-//! around the engine's [`Counts`] (range, counter storage, statistics), and the create-time checks both APIs
+//! around the engine's `Counts` (range, counter storage, statistics), and the create-time checks both APIs
 //! make. Starting and stopping hand the profile to the engine.
 
 use std::sync::Arc;

@@ -4,13 +4,13 @@
 //! Where each part lives:
 //! - this file: the entry points (`start`, `stop` — the barrier —, `sync`, `set_interval`, `set_jitter`) and
 //!   the engine's table of streams and started profiles;
-//! - [`stream`]: streams and their opening (stable passes over the threads, ring mapping, period changes and
+//! - `stream`: streams and their opening (stable passes over the threads, ring mapping, period changes and
 //!   re-opening);
-//! - [`threads`]: the consumer and jitter thread lifecycles, and the request link to the consumer;
-//! - [`consumer`]: the consumer thread (ring draining, sample dispatch, the stop barrier's ack);
-//! - [`jitter`]: the jitter thread (period draws);
-//! - [`counters`]: what is counted into ([`Counts`], counter storage, statistics);
-//! - [`index`]: the range index that finds the profiles a sample belongs to.
+//! - `threads`: the consumer and jitter thread lifecycles, and the request link to the consumer;
+//! - `consumer`: the consumer thread (ring draining, sample dispatch, the stop barrier's ack);
+//! - `jitter`: the jitter thread (period draws);
+//! - `counters`: what is counted into (`Counts`, counter storage, statistics);
+//! - `index`: the range index that finds the profiles a sample belongs to.
 //!
 //! API calls serialize on one mutex here (the control path); the consumer thread never takes it, and the
 //! jitter thread takes only the lock of the stream it works on.

@@ -7,7 +7,10 @@
 //! # Safety
 //! `#[unsafe(no_mangle)]` is the only unsafe item here: each exported name is unique in the library and is
 //! declared with the same signature in `include/ntprofile.h`. A C caller's counter buffer becomes a
-//! [`CounterStorage`] through its `unsafe` constructor, after the probes its `# Safety` section asks for.
+//! `CounterStorage` through its `unsafe` constructor, after the probes its `# Safety` section asks for.
+//!
+//! A little over 400 lines because it holds every export of the C ABI, each with its documentation, the
+//! checks in the contract's order and its `Zw` alias, in one place next to the header it mirrors.
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;
