@@ -90,7 +90,11 @@ impl Stream {
             inherit_threads: !key.target.is_global(),
             wakeup_watermark: RING_PAGES * crate::perf::ring::page_size() / 4,
             // Hardware events start at the most precise level and step down (`open_precise`).
-            precise_ip: if source.is_hardware() { 3 } else { 0 },
+            precise_ip: if source.is_hardware() {
+                event::MAX_PRECISE_IP
+            } else {
+                0
+            },
         };
         Ok(Stream {
             id,

@@ -130,6 +130,9 @@ impl Event for SpecEvent {
     }
 }
 
+/// The highest `precise_ip` (a two-bit field of `perf_event_attr`: 3 = zero skid required).
+pub const MAX_PRECISE_IP: u8 = 3;
+
 /// What a stream's events record and how.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EventParams {
@@ -176,7 +179,7 @@ pub fn open(params: &EventParams, tid: Tid, cpu: usize) -> Result<OwnedFd, Errno
         .enabled(false);
     builder
         .attrs_mut()
-        .set_precise_ip(u64::from(params.precise_ip.min(3)));
+        .set_precise_ip(u64::from(params.precise_ip.min(MAX_PRECISE_IP)));
     let counter = builder.build().map_err(|e| errno_of(&e))?;
     let raw = counter.into_raw_fd();
     // SAFETY: `into_raw_fd` hands us sole ownership of a valid, open descriptor.

@@ -40,6 +40,19 @@ fn create_profile_ex_checks_processors_and_pinned_profiles_count_only_their_cpu(
     let period = serial.period_ns();
     let (start, stop) = cpu_range();
     let size = stop - start;
+    check_group_records(start, size);
+    check_alignment(start, size);
+    check_unreadable_records(start, size);
+    // GroupCount 0: every active processor (the pointer is not looked at).
+    let all = CProfile::create_ex(current_process(), start, size, 2, 0, std::ptr::null());
+    assert!(all.is_ok(), "GroupCount 0: {:?}", all.err());
+    drop(all);
+    check_pinned_profiles(start, size, period);
+}
+
+/// Bad records (empty mask, offline CPU, a group that does not exist, a bad second record, a non-zero Reserved
+/// word) are STATUS_INVALID_PARAMETER; two good records of one group are fine.
+fn check_group_records(start: u64, size: u64) {
     let ex = |records: &[GroupAffinity]| {
         CProfile::create_ex(
             current_process(),
@@ -106,8 +119,10 @@ fn create_profile_ex_checks_processors_and_pinned_profiles_count_only_their_cpu(
     for (what, records, want) in &cases {
         assert_eq!(ex(records), *want, "{what}");
     }
+}
 
-    // Alignment: 2 bytes off is misaligned, 4 bytes off (not 8) is aligned enough.
+/// A `GROUP_AFFINITY` array 2 bytes off is STATUS_DATATYPE_MISALIGNMENT; 4 bytes off (not 8) is aligned enough.
+fn check_alignment(start: u64, size: u64) {
     #[repr(C, align(16))]
     struct Raw([u8; 64]);
     let mut raw = Raw([0; 64]);
@@ -142,7 +157,12 @@ fn create_profile_ex_checks_processors_and_pinned_profiles_count_only_their_cpu(
         four.err()
     );
     drop(four);
+}
 
+/// An array on a PROT_NONE page, or whose second record runs into one, is STATUS_ACCESS_VIOLATION; the
+/// readable first record alone is fine.
+fn check_unreadable_records(start: u64, size: u64) {
+    let record = GroupAffinity::new(1, 0).to_bytes();
     // Unreadable: a PROT_NONE page, and an array whose second record runs into it.
     let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
         .expect("sysconf")
@@ -198,12 +218,10 @@ fn create_profile_ex_checks_processors_and_pinned_profiles_count_only_their_cpu(
         one_readable.err()
     );
     drop(one_readable);
+}
 
-    // GroupCount 0: every active processor (the pointer is not looked at).
-    let all = CProfile::create_ex(current_process(), start, size, 2, 0, std::ptr::null());
-    assert!(all.is_ok(), "GroupCount 0: {:?}", all.err());
-    drop(all);
-
+/// Two profiles over `hot_cpu`, pinned to CPU 0 and CPU 1, count only the samples taken on their own processor.
+fn check_pinned_profiles(start: u64, size: u64, period: f64) {
     // Two profiles over hot_cpu, one pinned to CPU 0, one to CPU 1.
     let on0 = [GroupAffinity::new(1, 0)];
     let on1 = [GroupAffinity::new(2, 0)];
