@@ -195,6 +195,12 @@ fn listing_matches_creates_and_queries() {
         "page-faults"
     );
 
+    check_c_listing(&list);
+}
+
+/// `NtprofileQuerySources`: too small a buffer is STATUS_BUFFER_TOO_SMALL with the total count; a full buffer
+/// holds one `NTPROFILE_SOURCE_INFO` per source, each equal to the Rust listing `list` (which is unchanged).
+fn check_c_listing(list: &[ntprofile::SourceInfo]) {
     // The C listing: too small a buffer first.
     let mut total = 0u32;
     let mut small = vec![0u64; RECORD / 8];
@@ -222,7 +228,8 @@ fn listing_matches_creates_and_queries() {
     let bytes: Vec<u8> = buf.iter().flat_map(|w| w.to_ne_bytes()).collect();
     let now = list_sources();
     assert_eq!(
-        now, list,
+        now.as_slice(),
+        list,
         "the listing is unchanged by the creates, sets and restores"
     );
     for (rec, info) in bytes.chunks_exact(RECORD).zip(&now) {
