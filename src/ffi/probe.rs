@@ -1,22 +1,18 @@
 //! Pointer probes for the exports: a pointer from C is never dereferenced before it is known to be mapped with
 //! the right access in this process. Writes and reads of small out-values go through `process_vm_writev(2)` /
-//! `process_vm_readv(2)` on our own process, which fail with EFAULT instead of faulting; the counter buffer is
-//! checked against `/proc/self/maps`.
+//! `process_vm_readv(2)` on our own process (`perf::sys`), which fail with EFAULT instead of faulting; the
+//! counter buffer is checked against `/proc/self/maps`.
 //!
 //! # Safety
-//! The one direct write (`write_direct`) happens only after `/proc/self/maps` showed the whole destination
-//! mapped writable; it is the fallback for systems where `process_vm_writev` is filtered out.
+//! The direct copies (`perf::sys::write_own_memory_direct` / `read_own_memory_direct`) happen only after
+//! `/proc/self/maps` showed the whole range mapped with the needed access; they are the fallback for systems
+//! where `process_vm_writev` is filtered out.
+#![allow(unsafe_code)]
 
-use std::io::{IoSlice, IoSliceMut};
+use nix::errno::Errno;
 
-use nix::sys::uio::{RemoteIoVec, process_vm_readv, process_vm_writev};
-use nix::unistd::Pid;
-
+use crate::perf::{proc, sys};
 use crate::status::NtStatus;
-
-fn me() -> Pid {
-    Pid::this()
-}
 
 /// True when `[addr, addr + len)` lies entirely in mappings with write permission (per `/proc/self/maps`).
 ///
@@ -81,24 +77,13 @@ fn range_has(addr: usize, len: usize, perm: u8) -> Result<bool, NtStatus> {
     Ok(false)
 }
 
-/// `/proc/self/maps`, read again on an interrupted call.
+/// `/proc/self/maps`; a failure to read it (EMFILE, ENFILE, ENOMEM: `STATUS_INSUFFICIENT_RESOURCES`) is a
+/// shortage of this process, never an answer about the caller's pointer.
 fn read_maps() -> Result<String, NtStatus> {
-    let mut attempts = 0;
-    loop {
-        match std::fs::read_to_string("/proc/self/maps") {
-            Ok(text) => return Ok(text),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted && attempts < 3 => attempts += 1,
-            // EMFILE, ENFILE, ENOMEM: STATUS_INSUFFICIENT_RESOURCES; anything else is ours, not the caller's.
-            Err(e) => {
-                return Err(match NtStatus::from_io(&e) {
-                    NtStatus::ACCESS_VIOLATION | NtStatus::INVALID_PARAMETER => {
-                        NtStatus::INTERNAL_ERROR
-                    }
-                    other => other,
-                });
-            }
-        }
-    }
+    proc::own_maps().map_err(|errno| match NtStatus::from_errno(errno as i32) {
+        NtStatus::ACCESS_VIOLATION | NtStatus::INVALID_PARAMETER => NtStatus::INTERNAL_ERROR,
+        other => other,
+    })
 }
 
 /// Write `bytes` at `addr` in this process, or `STATUS_ACCESS_VIOLATION` when that memory is not writable. All
@@ -121,28 +106,18 @@ fn crosses_page(addr: usize, len: usize) -> bool {
 }
 
 fn write_once(addr: usize, bytes: &[u8]) -> Result<(), NtStatus> {
-    let local = [IoSlice::new(bytes)];
-    let remote = [RemoteIoVec {
-        base: addr,
-        len: bytes.len(),
-    }];
-    match process_vm_writev(me(), &local, &remote) {
+    match sys::write_own_memory(addr, bytes) {
         Ok(n) if n == bytes.len() => Ok(()),
-        Ok(_) | Err(nix::errno::Errno::EFAULT) => Err(NtStatus::ACCESS_VIOLATION),
+        Ok(_) | Err(Errno::EFAULT) => Err(NtStatus::ACCESS_VIOLATION),
         // Filtered (seccomp) or missing: check the maps, then write directly.
         Err(_) => {
             check_writable(addr, bytes.len())?;
-            write_direct(addr, bytes);
+            // SAFETY: `/proc/self/maps` just showed [addr, addr + len) mapped writable; `bytes` is our own
+            // memory, not the caller's destination.
+            unsafe { sys::write_own_memory_direct(addr, bytes) };
             Ok(())
         }
     }
-}
-
-#[allow(unsafe_code)]
-fn write_direct(addr: usize, bytes: &[u8]) {
-    // SAFETY: `/proc/self/maps` showed [addr, addr + len) mapped writable (checked by the caller); the
-    // destination is caller memory we were asked to write, byte-wise, with no alignment assumption.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) };
 }
 
 /// Read `out.len()` bytes at `addr` in this process, or `STATUS_ACCESS_VIOLATION` when not readable.
@@ -151,25 +126,19 @@ pub(crate) fn read_bytes(addr: usize, out: &mut [u8]) -> Result<(), NtStatus> {
         return Err(NtStatus::ACCESS_VIOLATION);
     }
     let len = out.len();
-    let remote = [RemoteIoVec { base: addr, len }];
-    let mut local = [IoSliceMut::new(out)];
-    match process_vm_readv(me(), &mut local, &remote) {
+    match sys::read_own_memory(addr, out) {
         Ok(n) if n == len => Ok(()),
-        Ok(_) | Err(nix::errno::Errno::EFAULT) => Err(NtStatus::ACCESS_VIOLATION),
+        Ok(_) | Err(Errno::EFAULT) => Err(NtStatus::ACCESS_VIOLATION),
         Err(_) => {
             if !is_readable(addr, len)? {
                 return Err(NtStatus::ACCESS_VIOLATION);
             }
-            read_direct(addr, out);
+            // SAFETY: `/proc/self/maps` just showed [addr, addr + len) mapped readable; `out` is our own
+            // buffer.
+            unsafe { sys::read_own_memory_direct(addr, out) };
             Ok(())
         }
     }
-}
-
-#[allow(unsafe_code)]
-fn read_direct(addr: usize, out: &mut [u8]) {
-    // SAFETY: `/proc/self/maps` showed [addr, addr + len) mapped readable (checked by the caller).
-    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len()) };
 }
 
 /// NT's `ProbeForWrite` of an out-value: read it and write the same bytes back (no visible change), or

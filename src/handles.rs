@@ -74,7 +74,7 @@ impl Table {
     /// inherited handle invalid whatever its kind (a process handle from `NtOpenProcess` included, even when
     /// no profile was ever created).
     pub(crate) fn insert(&mut self, object: Object) -> Result<usize, NtStatus> {
-        crate::engine::fork::install();
+        crate::fork::install();
         let index = match self.free.pop() {
             Some(i) => i,
             None => {
