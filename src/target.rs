@@ -145,9 +145,11 @@ const CAP_SYS_ADMIN: u32 = 21;
 /// `CAP_PERFMON`.
 const CAP_PERFMON: u32 = 38;
 
-/// True when the calling process holds `cap` in its effective set (`/proc/self/status`, `CapEff`).
+/// True when the calling process holds `cap` in its effective set (`capget(2)`, falling back to
+/// `/proc/self/status`'s `CapEff` where the call is filtered out).
 pub fn has_capability(cap: u32) -> bool {
-    cap < u64::BITS && proc::effective_capabilities() & (1u64 << cap) != 0
+    let caps = sys::effective_capabilities().unwrap_or_else(|_| proc::effective_capabilities());
+    cap < u64::BITS && caps & (1u64 << cap) != 0
 }
 
 /// `kernel.perf_event_paranoid` now (2 when unreadable: the kernel's default).

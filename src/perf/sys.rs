@@ -237,3 +237,44 @@ pub unsafe fn read_own_memory_direct(addr: usize, out: &mut [u8]) {
     // requirement.
     unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len()) };
 }
+
+/// The effective capability set of the calling thread, from `capget(2)` (no descriptor needed, unlike
+/// `/proc/self/status`: a process short of descriptors keeps its privileges).
+///
+/// # Errors
+/// The errno of `capget(2)`.
+pub fn effective_capabilities() -> Result<u64, Errno> {
+    /// `struct __user_cap_header_struct`.
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    /// `struct __user_cap_data_struct`.
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    /// `_LINUX_CAPABILITY_VERSION_3`: 64-bit sets, two `Data` records.
+    const VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header {
+        version: VERSION_3,
+        pid: 0,
+    };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget reads the header and writes two `Data` records, both live for the call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            &mut header as *mut Header,
+            data.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(Errno::last());
+    }
+    Ok(u64::from(data[0].effective) | (u64::from(data[1].effective) << 32))
+}

@@ -295,3 +295,40 @@ fn failed_statistics_query_writes_nothing() {
     // SAFETY: unmapping our own mapping, no reference to it is left.
     unsafe { libc::munmap(base, 2 * page) };
 }
+
+/// The same class: the capability check read `/proc/self/status`, and without a free descriptor a privileged
+/// caller was told `STATUS_PRIVILEGE_NOT_HELD` for a global profile. Capabilities are now asked of the kernel
+/// (`capget`), which needs no descriptor. (Runs where the caller holds CAP_SYS_ADMIN or CAP_PERFMON.)
+#[test]
+fn exhausted_descriptors_never_deny_a_privilege_held() {
+    isolated(
+        "regressions::exhausted_descriptors_never_deny_a_privilege_held",
+        || {
+            if !ntprofile::target::has_system_profile_privilege() {
+                println!("skipped: the caller has no system-profile privilege to lose");
+                return;
+            }
+            let (_, hard) =
+                nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+            set_nofile(64, hard);
+            let mut buffer = vec![0u32; 256];
+            let mut handle: *mut c_void = std::ptr::null_mut();
+            // Probe and cache the source first; the buffer check needs /proc/self/maps, so only the privilege
+            // check is left to the shortage: it must not answer STATUS_PRIVILEGE_NOT_HELD.
+            assert_eq!(
+                create(&mut handle, CURRENT_PROCESS, &mut buffer),
+                NtStatus::SUCCESS
+            );
+            assert_eq!(st(NtClose(handle)), NtStatus::SUCCESS);
+            let held = exhaust_descriptors();
+            let privileged = ntprofile::target::has_system_profile_privilege();
+            let global = create(&mut handle, std::ptr::null_mut(), &mut buffer);
+            drop(held);
+            assert!(
+                privileged,
+                "the privilege vanished without a free descriptor"
+            );
+            assert_ne!(global, NtStatus::PRIVILEGE_NOT_HELD, "global create");
+        },
+    );
+}
