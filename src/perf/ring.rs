@@ -281,6 +281,22 @@ pub(crate) fn decode_slice(
     decode(word, tail, head, data.len() as u64, layout, sink)
 }
 
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: `base`/`map_len` are exactly what mmap returned; nothing borrows the mapping past `self`.
+        unsafe {
+            libc::munmap(self.base.cast(), self.map_len);
+        }
+    }
+}
+
+/// The system page size.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 { p as usize } else { 4096 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,8 +373,8 @@ mod tests {
         assert_eq!(decode_slice(&throttles, 0, 16, layout, |_| ()), (16, 2));
         assert_eq!(decode_slice(&throttles, 0, 24, layout, |_| ()), (24, 0));
         assert_eq!(
-            decode_slice(&throttles, 0, u64::MAX & !7, layout, |_| ()),
-            (u64::MAX & !7, 0)
+            decode_slice(&throttles, 0, !7u64, layout, |_| ()),
+            (!7u64, 0)
         );
         let top = u64::MAX - 31;
         assert_eq!(decode_slice(&data, top + 1, u64::MAX, layout, |_| ()).1, 0);
@@ -373,20 +389,4 @@ mod tests {
             (u64::MAX, 0)
         );
     }
-}
-
-impl Drop for Ring {
-    fn drop(&mut self) {
-        // SAFETY: `base`/`map_len` are exactly what mmap returned; nothing borrows the mapping past `self`.
-        unsafe {
-            libc::munmap(self.base.cast(), self.map_len);
-        }
-    }
-}
-
-/// The system page size.
-pub fn page_size() -> usize {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 { p as usize } else { 4096 }
 }
