@@ -68,13 +68,9 @@ impl Table {
         }
     }
 
-    /// Store `object` and return its new handle value.
-    ///
-    /// The fork handlers are installed here, before any handle exists, so that a forked child finds every
-    /// inherited handle invalid whatever its kind (a process handle from `NtOpenProcess` included, even when
-    /// no profile was ever created).
+    /// Store `object` and return its new handle value. Callers install the fork handlers first
+    /// (`crate::fork::install`), so that a forked child finds every inherited handle invalid, whatever its kind.
     pub(crate) fn insert(&mut self, object: Object) -> Result<usize, NtStatus> {
-        crate::fork::install();
         let index = match self.free.pop() {
             Some(i) => i,
             None => {

@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["profile"],
     &["handles"],
     &["fork"],
-    &["api", "ffi"],
+    &["api", "ffi", "fuzzing"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -234,6 +234,9 @@ pub extern "C" fn NtOpenProcess(
             u64::from_ne_bytes(raw[0..8].try_into().map_err(|_| NtStatus::INTERNAL_ERROR)?);
         let pid = i32::try_from(unique_process).map_err(|_| NtStatus::INVALID_CID)?;
         let process = crate::target::ProcessRef::open(pid)?;
+        // Before the first handle of any kind exists: in a forked child, an inherited process handle must be
+        // invalid even when no profile was ever created.
+        crate::fork::install();
         let mut table = table();
         let handle = table.insert(Object::Process(Arc::new(process)))?;
         if let Err(status) = probe::write_bytes(process_handle as usize, &handle.to_ne_bytes()) {
