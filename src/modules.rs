@@ -838,7 +838,7 @@ mod tests {
         let lib = [(0x26000, 0x26000, 0x70000)];
         // Text that starts mid-page, one page above its file offset (lld's layout).
         let pie = [(0x3b090, 0x3c090, 0xb0000)];
-        assert_eq!(bias_of(&pie, 0x5000_3c000, 0x3b000), Some(0x5000_0000));
+        assert_eq!(bias_of(&pie, 0x5_0003_c000, 0x3b000), Some(0x5_0000_0000));
         assert_eq!(
             bias_of(&lib, 0x7f00_0002_6000, 0x26000),
             Some(0x7f00_0000_0000)
