@@ -154,8 +154,8 @@ pub fn modules(pid: Option<u32>) -> Result<Vec<Module>, Error> {
 /// This process's modules from the loader.
 fn own_modules() -> Vec<Module> {
     let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
-    let vdso = crate::loader::vdso_base();
-    crate::loader::loaded_segments()
+    let vdso = crate::perf::loader::vdso_base();
+    crate::perf::loader::loaded_segments()
         .into_iter()
         .map(|seg| {
             let base = seg.bias.wrapping_add(seg.vaddr);
