@@ -87,6 +87,10 @@ impl ProfileBuilder {
     ///
     /// let libm = find_module(None, "libm.so.6")?;
     /// let profile = Profile::builder().module(&libm).bucket_size(6).build()?;
+    /// profile.start()?;
+    /// // ... call into libm ...
+    /// profile.stop()?;
+    /// println!("{} samples in libm's code", profile.stats().counted);
     /// # Ok::<(), ntprofile::Error>(())
     /// ```
     pub fn module(mut self, module: &Module) -> Self {
@@ -101,8 +105,12 @@ impl ProfileBuilder {
     /// ```no_run
     /// use ntprofile::{Profile, find_function};
     ///
-    /// let cos = find_function(None, Some("libm.so.6"), "cos")?;
-    /// let profile = Profile::builder().function(&cos).bucket_size(2).build()?;
+    /// let exp = find_function(None, Some("libm.so.6"), "exp")?;
+    /// let profile = Profile::builder().function(&exp).bucket_size(2).build()?;
+    /// profile.start()?;
+    /// // ... call exp() ...
+    /// profile.stop()?;
+    /// println!("{} samples in exp ({} bytes)", profile.stats().counted, exp.size);
     /// # Ok::<(), ntprofile::Error>(())
     /// ```
     pub fn function(mut self, function: &Symbol) -> Self {
@@ -140,6 +148,10 @@ impl ProfileBuilder {
     /// // kernrate's classic use: the kernel's text, every process, every CPU.
     /// let kernel = kernel_modules()?.into_iter().next().expect("[kernel] comes first");
     /// let profile = Profile::builder().global().module(&kernel).bucket_size(8).all_cpus().build()?;
+    /// profile.start()?;
+    /// std::thread::sleep(std::time::Duration::from_secs(1));
+    /// profile.stop()?;
+    /// println!("{} samples in the kernel's text", profile.stats().counted);
     /// # Ok::<(), ntprofile::Error>(())
     /// ```
     pub fn global(mut self) -> Self {
@@ -153,6 +165,7 @@ impl ProfileBuilder {
     /// use ntprofile::Profile;
     ///
     /// let profile = Profile::builder().global().current_process().range(0x10000, 0x1000).build()?;
+    /// assert!(!profile.is_started());
     /// # Ok::<(), ntprofile::Error>(())
     /// ```
     pub fn current_process(mut self) -> Self {
@@ -171,6 +184,7 @@ impl ProfileBuilder {
     ///     .range(0x10000, 0x1000)
     ///     .group_affinity(&[GroupAffinity { mask: 1, group: 0 }]) // CPU 0
     ///     .build()?;
+    /// assert_eq!(profile.counts().len(), 0x1000 / 4);
     /// # Ok::<(), ntprofile::Error>(())
     /// ```
     #[doc(alias = "NtCreateProfileEx")]
@@ -476,6 +490,7 @@ pub fn set_jitter(source: ProfileSource, percent: u32) -> Result<(), Error> {
 /// let process = Process::open(child.id())?;
 /// assert_eq!(process.pid(), child.id());
 /// let profile = Profile::builder().process(&process).range(0x1000, 0x10000).build()?;
+/// profile.start()?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Clone, Debug)]

@@ -10,7 +10,7 @@
 //!   `/proc/modules`), for a global profile of the kernel.
 //!
 //! ```no_run
-//! use ntprofile::{Profile, ProfileSource, find_function};
+//! use ntprofile::{Profile, find_function};
 //!
 //! #[unsafe(no_mangle)]
 //! pub extern "C" fn my_hot_function(n: u64) -> u64 { (0..n).fold(0, |a, b| a ^ b.wrapping_mul(31)) }
@@ -791,6 +791,7 @@ pub fn kernel_symbols() -> Result<Vec<Symbol>, Error> {
 /// // Every process's time in the kernel's scheduler (needs the privilege of a global profile).
 /// let schedule = find_kernel_function(Some("[kernel]"), "schedule")?;
 /// let profile = Profile::builder().global().function(&schedule).build()?;
+/// profile.start()?;
 /// # Ok::<(), ntprofile::Error>(())
 /// ```
 pub fn find_kernel_function(module: Option<&str>, name: &str) -> Result<Symbol, Error> {
