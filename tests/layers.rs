@@ -3,7 +3,8 @@
 //! Every `crate::` path of every file under `src/` (comments aside) names a top-level module; each module has a
 //! layer in [`LAYERS`]. A file may name modules of its own layer or below, never above, and the graph of
 //! module-to-module imports has no cycle. A module missing from the table fails the test: a new module says
-//! where it sits.
+//! where it sits. Inside a module folder (`src/engine/`, `src/perf/`, `src/ffi/`), the files other than
+//! `mod.rs` name each other (`super::x`, `crate::m::x`) without a cycle either.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -179,6 +180,57 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
         }
     }
     None
+}
+
+/// The first segments of every `prefix` path in `code` (`super::` or `crate::engine::`), grouped ones included.
+fn paths_after(code: &str, prefix: &str) -> BTreeSet<String> {
+    // Reuse the `crate::` scanner on a copy where the prefix reads `crate::`.
+    let marker = "\u{1}";
+    let renamed = code
+        .replace("crate::", marker)
+        .replace(prefix, "crate::")
+        .replace(marker, "#::");
+    crate_modules(&renamed)
+}
+
+#[test]
+fn files_inside_a_module_form_no_cycle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut checked = 0;
+    for dir in std::fs::read_dir(&src).expect("read src/") {
+        let dir = dir.expect("dir entry").path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let module = dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .expect("utf-8")
+            .to_string();
+        let files: BTreeSet<String> = std::fs::read_dir(&dir)
+            .expect("read module dir")
+            .filter_map(|e| {
+                let name = e.ok()?.file_name().into_string().ok()?;
+                name.strip_suffix(".rs").map(str::to_string)
+            })
+            .filter(|n| n != "mod")
+            .collect();
+        let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for file in &files {
+            let text = std::fs::read_to_string(dir.join(format!("{file}.rs"))).expect("read file");
+            let code = code(&text);
+            let mut named = paths_after(&code, "super::");
+            named.extend(paths_after(&code, &format!("crate::{module}::")));
+            let siblings = named.into_iter().filter(|n| n != file && files.contains(n));
+            graph.entry(file.clone()).or_default().extend(siblings);
+        }
+        println!("src/{module}/: {graph:?}");
+        if let Some(cycle) = find_cycle(&graph) {
+            panic!("src/{module}/: import cycle {}", cycle.join(" -> "));
+        }
+        checked += 1;
+    }
+    assert!(checked >= 3, "expected the engine, perf and ffi folders");
 }
 
 #[test]

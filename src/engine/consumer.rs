@@ -10,15 +10,47 @@
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
-use crossbeam::channel::{Receiver, Sender};
+use crossbeam::channel::{Receiver, Sender, bounded};
 
-use super::counters::{CounterBuf, Counts, ProfileId, ProfileStats};
+use super::counters::{CounterBuf, Counts, ProfileId, ProfileStats, StreamId};
 use super::index::RangeIndex;
-use super::stream::StreamId;
 use crate::affinity::CpuSet;
 use crate::buckets::BucketLayout;
 use crate::perf::ring::{Record, Ring};
 use crate::perf::sys::{EMPTY_EVENT, EPOLLHUP, Epoll, Waker};
+use crate::status::NtStatus;
+
+/// The way to the consumer thread: its request queue and its wake-up eventfd. Held by the engine and cloned into
+/// the jitter thread (which sends the rings of re-opened streams).
+#[derive(Clone)]
+pub(crate) struct ConsumerLink {
+    tx: Sender<Msg>,
+    waker: Arc<Waker>,
+}
+
+impl ConsumerLink {
+    /// The link over request queue `tx` and eventfd `waker`.
+    pub(crate) fn new(tx: Sender<Msg>, waker: Arc<Waker>) -> ConsumerLink {
+        ConsumerLink { tx, waker }
+    }
+
+    /// Send a request to the consumer and wait for its ack.
+    pub(crate) fn request(&self, make: impl FnOnce(Sender<()>) -> Msg) -> Result<(), NtStatus> {
+        let (ack, done) = bounded(1);
+        self.tx
+            .send(make(ack))
+            .map_err(|_| NtStatus::INTERNAL_ERROR)?;
+        self.waker.wake();
+        // A consumer that died drops the ack sender: recv fails rather than hanging.
+        done.recv().map_err(|_| NtStatus::INTERNAL_ERROR)
+    }
+
+    /// Ask the consumer to leave its loop (no ack: the caller joins the thread).
+    pub(crate) fn exit(&self) {
+        let _ = self.tx.send(Msg::Exit);
+        self.waker.wake();
+    }
+}
 
 /// How long the consumer sleeps without a wake-up before it drains anyway while samples flow: counts in a
 /// caller's buffer are at most this late (the ring's watermark wakes it earlier under load).

@@ -1,6 +1,7 @@
 //! What the consumer counts into: a profile's counter buffer (32-bit counters incremented atomically, owned by
 //! the profile for the Rust API or borrowed from a C caller for `NtCreateProfile`'s `Buffer`), its statistics,
-//! and [`Counts`], the part of a profile the engine publishes to the consumer thread.
+//! and [`Counts`], the part of a profile the engine publishes to the consumer thread; the ids of profiles and
+//! streams.
 //!
 //! # Safety
 //! A `CounterBuf` is a pointer and a length of 4-byte aligned, writable memory. For an owned buffer the memory
@@ -27,6 +28,10 @@ impl ProfileId {
         ProfileId(NEXT.fetch_add(1, Ordering::Relaxed))
     }
 }
+
+/// A stream's identity, shared by the engine and the consumer thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct StreamId(pub(super) u64);
 
 /// A caller's counter buffer: address and number of ULONG counters (`BufferSize / 4`). Built only by
 /// [`CounterStorage::borrowed`].

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam::channel::{Receiver, RecvTimeoutError};
 
+use super::consumer::ConsumerLink;
 use super::stream::{self, Stream};
-use super::threads::ConsumerLink;
 use crate::perf::sys::Tid;
 use crate::source::{self, IntervalUnit};
 

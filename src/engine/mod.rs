@@ -6,8 +6,9 @@
 //!   the engine's table of streams and started profiles;
 //! - `stream`: streams and their opening (stable passes over the threads, ring mapping, period changes and
 //!   re-opening);
-//! - `threads`: the consumer and jitter thread lifecycles, and the request link to the consumer;
-//! - `consumer`: the consumer thread (ring draining, sample dispatch, the stop barrier's ack);
+//! - `threads`: the consumer and jitter thread lifecycles;
+//! - `consumer`: the consumer thread (ring draining, sample dispatch, the stop barrier's ack) and the request
+//!   link to it;
 //! - `jitter`: the jitter thread (period draws);
 //! - `counters`: what is counted into (`Counts`, counter storage, statistics);
 //! - `index`: the range index that finds the profiles a sample belongs to.
@@ -33,9 +34,9 @@ use crate::perf::event;
 use crate::source::{self, ProfileSource};
 use crate::status::NtStatus;
 use consumer::Msg;
-pub(crate) use counters::{Counts, ProfileId};
+pub(crate) use counters::{Counts, ProfileId, StreamId};
 pub(crate) use stream::StreamKey;
-use stream::{SharedStream, Stream, StreamId};
+use stream::{SharedStream, Stream};
 use threads::Threads;
 
 /// Started profiles allowed per online processor (NT's limit).

@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use nix::errno::Errno;
 
-use super::consumer::{CpuRing, Msg};
-use super::threads::ConsumerLink;
+use super::consumer::{ConsumerLink, CpuRing, Msg};
+use super::counters::StreamId;
 use crate::affinity::CpuSet;
 use crate::perf::event::{self, EventParams};
 use crate::perf::ring::{Ring, SampleLayout};
@@ -27,10 +27,6 @@ use crate::target::Target;
 pub(crate) const RING_PAGES: usize = 64;
 /// How many times a start re-scans the thread list looking for threads created meanwhile.
 const RESCAN_LIMIT: usize = 64;
-
-/// A stream's identity, shared by the engine and the consumer thread.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct StreamId(pub(super) u64);
 
 /// What makes two profiles share a stream.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

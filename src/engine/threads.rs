@@ -11,32 +11,12 @@ use std::time::Duration;
 
 use crossbeam::channel::{Sender, bounded, unbounded};
 
-use super::consumer::{Consumer, Msg};
+use super::consumer::{Consumer, ConsumerLink};
 use super::jitter::{self, JitterMsg};
 use super::stream::{SharedStream, Stream};
 use crate::perf::proc;
 use crate::perf::sys::{self, Tid, Waker, gettid};
 use crate::status::NtStatus;
-
-/// The way to the consumer thread: its request queue and its wake-up eventfd. Cloned into the jitter thread.
-#[derive(Clone)]
-pub(crate) struct ConsumerLink {
-    tx: Sender<Msg>,
-    waker: Arc<Waker>,
-}
-
-impl ConsumerLink {
-    /// Send a request to the consumer and wait for its ack.
-    pub(crate) fn request(&self, make: impl FnOnce(Sender<()>) -> Msg) -> Result<(), NtStatus> {
-        let (ack, done) = bounded(1);
-        self.tx
-            .send(make(ack))
-            .map_err(|_| NtStatus::INTERNAL_ERROR)?;
-        self.waker.wake();
-        // A consumer that died drops the ack sender: recv fails rather than hanging.
-        done.recv().map_err(|_| NtStatus::INTERNAL_ERROR)
-    }
-}
 
 /// The running threads, owned by the engine.
 pub(super) struct Threads {
@@ -87,7 +67,7 @@ impl Threads {
             .ok_or(NtStatus::INTERNAL_ERROR)?;
         // Without a jitter thread (it could not be created), jitter is simply not applied.
         let jitter_tid = tid_rx.recv_timeout(Duration::from_secs(5)).ok().flatten();
-        let link = ConsumerLink { tx, waker };
+        let link = ConsumerLink::new(tx, waker);
         let jitter = jitter_tid.map(|t| (t, jitter_tx));
         let threads = Threads {
             link,
@@ -125,8 +105,7 @@ impl Threads {
         // First the jitter thread's channel (it stops; it never waits for the engine), then the consumer, which
         // joins it.
         drop(self.jitter);
-        let _ = self.link.tx.send(Msg::Exit);
-        self.link.waker.wake();
+        self.link.exit();
         let _ = self.thread.join();
         // A join returns when the kernel clears the thread's tid, a moment before the thread is released:
         // wait (briefly) until it is gone from /proc, so that no thread of ours outlives the call.

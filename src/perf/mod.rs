@@ -17,6 +17,8 @@
 
 pub mod event;
 pub mod proc;
+/// This process's loaded objects from the dynamic loader (`dl_iterate_phdr`), for the module listing.
+pub(crate) mod loader;
 pub mod ring;
 pub mod sys;
 
