@@ -16,6 +16,9 @@ use crate::status::NtStatus;
 pub struct ProcessRef {
     pid: i32,
     pidfd: OwnedFd,
+    /// The process that opened it: in a `fork()`ed child the object is inherited, not opened, and names nothing
+    /// (as an inherited handle of the C API).
+    opener: u32,
 }
 
 impl ProcessRef {
@@ -33,7 +36,11 @@ impl ProcessRef {
             Errno::ESRCH | Errno::EINVAL => NtStatus::INVALID_CID,
             other => NtStatus::from(other),
         })?;
-        let process = ProcessRef { pid, pidfd };
+        let process = ProcessRef {
+            pid,
+            pidfd,
+            opener: std::process::id(),
+        };
         process.check_access()?;
         Ok(process)
     }
@@ -48,8 +55,19 @@ impl ProcessRef {
         sys::pidfd_has_exited(self.pidfd.as_fd())
     }
 
-    /// May the caller profile this process now? (`STATUS_ACCESS_DENIED` if not.)
+    /// `STATUS_INVALID_HANDLE` in a `fork()`ed child: the object was opened by the parent.
+    pub fn check_opener(&self) -> Result<(), NtStatus> {
+        if self.opener == std::process::id() {
+            Ok(())
+        } else {
+            Err(NtStatus::INVALID_HANDLE)
+        }
+    }
+
+    /// May the caller profile this process now? (`STATUS_ACCESS_DENIED` if not; `STATUS_INVALID_HANDLE` in a
+    /// `fork()`ed child of the process that opened it.)
     pub fn check_access(&self) -> Result<(), NtStatus> {
+        self.check_opener()?;
         let time = ProfileSource::Time;
         let spec = time.perf_event().ok_or(NtStatus::INTERNAL_ERROR)?;
         match crate::perf::event::probe_pid(&spec, time.period_for(time.limits().default), self.pid)
@@ -121,6 +139,9 @@ impl Target {
     pub fn threads(&self) -> Result<Vec<Tid>, NtStatus> {
         let pid = match self {
             Target::CurrentProcess => None,
+            Target::Process(p) if p.check_opener().is_err() => {
+                return Err(NtStatus::INVALID_HANDLE);
+            }
             Target::Process(p) if p.has_exited() => return Ok(Vec::new()),
             Target::Process(p) => Some(p.pid),
             Target::Global => return Ok(vec![Tid::ALL_TASKS]),

@@ -531,9 +531,7 @@ pub extern "C" fn NtprofileEnumerateModules(
             if modules as usize % 8 != 0 {
                 return Err(NtStatus::DATATYPE_MISALIGNMENT);
             }
-            if !probe::is_writable(modules as usize, needed as usize) {
-                return Err(NtStatus::ACCESS_VIOLATION);
-            }
+            probe::check_writable(modules as usize, needed as usize)?;
             let mut bytes = Vec::new();
             bytes
                 .try_reserve_exact(needed as usize)

@@ -332,3 +332,53 @@ fn exhausted_descriptors_never_deny_a_privilege_held() {
         },
     );
 }
+
+/// The same class for the Rust API: a `Process` (and a profile of it) inherited by a `fork()`ed child names
+/// nothing there — building a profile of it, or starting one built in the parent, is `STATUS_INVALID_HANDLE`;
+/// the child never profiles its parent.
+#[test]
+fn fork_child_cannot_use_an_inherited_rust_process() {
+    isolated(
+        "regressions::fork_child_cannot_use_an_inherited_rust_process",
+        || {
+            let process = ntprofile::Process::open(std::process::id()).expect("open this process");
+            let (base, size) = range();
+            let built = ntprofile::Profile::builder()
+                .process(&process)
+                .range(base, size)
+                .build()
+                .expect("a profile of this process");
+            // SAFETY: the child only calls the library and _exit.
+            match unsafe { nix::unistd::fork() }.expect("fork") {
+                nix::unistd::ForkResult::Child => {
+                    let build = ntprofile::Profile::builder()
+                        .process(&process)
+                        .range(base, size)
+                        .build()
+                        .map(|_| ())
+                        .map_err(|e| e.status());
+                    let start = built.start().map_err(|e| e.status());
+                    let ok = build == Err(NtStatus::INVALID_HANDLE)
+                        && start == Err(NtStatus::INVALID_HANDLE);
+                    if !ok {
+                        eprintln!(
+                            "fork child: build {build:?}, start {start:?} (both must be STATUS_INVALID_HANDLE)"
+                        );
+                    }
+                    // SAFETY: _exit ends the child at once.
+                    unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+                }
+                nix::unistd::ForkResult::Parent { child } => {
+                    let status = nix::sys::wait::waitpid(child, None).expect("waitpid");
+                    assert_eq!(
+                        status,
+                        nix::sys::wait::WaitStatus::Exited(child, 0),
+                        "the child could use the inherited process"
+                    );
+                    built.start().expect("the parent's profile starts");
+                    built.stop().expect("and stops");
+                }
+            }
+        },
+    );
+}
