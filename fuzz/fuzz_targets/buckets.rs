@@ -26,14 +26,29 @@ fuzz_target!(|input: (u64, u64, u32, u32, [u64; 4])| {
     assert!(layout.counters_needed <= layout.buffer_counters);
     assert_eq!(layout.end(), base + size);
     // Arbitrary PCs, and the edges of the range.
-    let edges = [base, base.wrapping_sub(1), base.wrapping_add(size), base.wrapping_add(size).wrapping_sub(1)];
+    let edges = [
+        base,
+        base.wrapping_sub(1),
+        base.wrapping_add(size),
+        base.wrapping_add(size).wrapping_sub(1),
+    ];
     for pc in pcs.into_iter().chain(edges) {
         let inside = pc >= base && u128::from(pc) < u128::from(base) + u128::from(size);
         match layout.index(pc) {
             Some(i) => {
-                assert!(inside, "pc {pc:#x} outside [{base:#x}, +{size:#x}) was counted");
-                assert!(i < layout.counters_needed, "index {i} past the counters needed");
-                assert_eq!(i * 4, nt_byte_offset(pc, base, bucket_size), "NT's byte offset");
+                assert!(
+                    inside,
+                    "pc {pc:#x} outside [{base:#x}, +{size:#x}) was counted"
+                );
+                assert!(
+                    i < layout.counters_needed,
+                    "index {i} past the counters needed"
+                );
+                assert_eq!(
+                    i * 4,
+                    nt_byte_offset(pc, base, bucket_size),
+                    "NT's byte offset"
+                );
             }
             None => assert!(!inside, "pc {pc:#x} inside the range was not counted"),
         }

@@ -42,15 +42,37 @@ fn arena() -> &'static Arena {
         let base = base as usize;
         // SAFETY: the last two pages of our own mapping.
         unsafe {
-            assert_eq!(libc::mprotect((base + RW_PAGES * PAGE) as *mut c_void, PAGE, libc::PROT_READ), 0);
-            assert_eq!(libc::mprotect((base + (RW_PAGES + 1) * PAGE) as *mut c_void, PAGE, libc::PROT_NONE), 0);
+            assert_eq!(
+                libc::mprotect(
+                    (base + RW_PAGES * PAGE) as *mut c_void,
+                    PAGE,
+                    libc::PROT_READ
+                ),
+                0
+            );
+            assert_eq!(
+                libc::mprotect(
+                    (base + (RW_PAGES + 1) * PAGE) as *mut c_void,
+                    PAGE,
+                    libc::PROT_NONE
+                ),
+                0
+            );
         }
         // A process handle (this process) for the "process" argument.
         let mut process: *mut c_void = std::ptr::null_mut();
         let mut cid = [u64::from(std::process::id()), 0];
-        let s = NtOpenProcess(&mut process, 0, std::ptr::null_mut(), cid.as_mut_ptr().cast());
+        let s = NtOpenProcess(
+            &mut process,
+            0,
+            std::ptr::null_mut(),
+            cid.as_mut_ptr().cast(),
+        );
         assert_eq!(s, 0, "NtOpenProcess of this process");
-        Arena { base, process: process as usize }
+        Arena {
+            base,
+            process: process as usize,
+        }
     })
 }
 
@@ -132,7 +154,9 @@ const CREATE_STATUSES: &[NtStatus] = &[
     NtStatus::INSUFFICIENT_RESOURCES,
 ];
 
-const SOURCES: &[u32] = &[0, 1, 2, 0x13, 0x18, 0x19, 0x1F, 0x20, 0x1_0000, 0x1_0003, 0x1_0006, 0x1_0007, 0x2_0000];
+const SOURCES: &[u32] = &[
+    0, 1, 2, 0x13, 0x18, 0x19, 0x1F, 0x20, 0x1_0000, 0x1_0003, 0x1_0006, 0x1_0007, 0x2_0000,
+];
 
 fn snapshot() -> Vec<u8> {
     let a = arena();
@@ -142,14 +166,19 @@ fn snapshot() -> Vec<u8> {
 
 fn writable(addr: usize, len: usize) -> bool {
     let a = arena();
-    addr >= a.base && addr.checked_add(len).is_some_and(|end| end <= a.base + RW_PAGES * PAGE)
+    addr >= a.base
+        && addr
+            .checked_add(len)
+            .is_some_and(|end| end <= a.base + RW_PAGES * PAGE)
 }
 
 fuzz_target!(|input: Input| {
     let a = arena();
     let handle_ptr = input.handle.addr();
     let buffer = input.buffer.addr();
-    let buffer_size = input.buffer_size_raw.unwrap_or(u32::from(input.buffer_size));
+    let buffer_size = input
+        .buffer_size_raw
+        .unwrap_or(u32::from(input.buffer_size));
     let process = match input.process {
         Process::Current => usize::MAX,
         Process::CurrentThread => usize::MAX - 1,
@@ -157,9 +186,19 @@ fuzz_target!(|input: Input| {
         Process::Opened => a.process,
         Process::Raw(v) => v as usize,
     };
-    let base = if input.base_near { (arena as *const () as usize as u64) & !0xFFF } else { input.base };
-    let size = if input.size_high { input.base } else { u64::from(input.size) };
-    let source = input.source_raw.unwrap_or(SOURCES[usize::from(input.source) % SOURCES.len()]);
+    let base = if input.base_near {
+        (arena as *const () as usize as u64) & !0xFFF
+    } else {
+        input.base
+    };
+    let size = if input.size_high {
+        input.base
+    } else {
+        u64::from(input.size)
+    };
+    let source = input
+        .source_raw
+        .unwrap_or(SOURCES[usize::from(input.source) % SOURCES.len()]);
     let before = snapshot();
     let raw = if input.ex {
         NtCreateProfileEx(
@@ -188,14 +227,26 @@ fuzz_target!(|input: Input| {
         )
     };
     let status = NtStatus(raw);
-    assert!(CREATE_STATUSES.contains(&status), "status {status:?} outside the contract for {input:?}");
+    assert!(
+        CREATE_STATUSES.contains(&status),
+        "status {status:?} outside the contract for {input:?}"
+    );
     let after = snapshot();
     if !status.is_success() {
-        assert!(before == after, "a failed create ({status:?}) wrote into the arena: {input:?}");
+        assert!(
+            before == after,
+            "a failed create ({status:?}) wrote into the arena: {input:?}"
+        );
         return;
     }
-    assert!(writable(handle_ptr, 8), "success with an unwritable handle pointer: {input:?}");
-    assert!(writable(buffer, buffer_size as usize), "success with an unwritable buffer: {input:?}");
+    assert!(
+        writable(handle_ptr, 8),
+        "success with an unwritable handle pointer: {input:?}"
+    );
+    assert!(
+        writable(buffer, buffer_size as usize),
+        "success with an unwritable buffer: {input:?}"
+    );
     // Only the handle changed.
     let off = handle_ptr - a.base;
     for (i, (x, y)) in before.iter().zip(&after).enumerate() {
@@ -205,5 +256,8 @@ fuzz_target!(|input: Input| {
     }
     let handle = usize::from_ne_bytes(after[off..off + 8].try_into().unwrap());
     assert_eq!(NtStatus(NtClose(handle as *mut c_void)), NtStatus::SUCCESS);
-    assert_eq!(NtStatus(NtClose(handle as *mut c_void)), NtStatus::INVALID_HANDLE);
+    assert_eq!(
+        NtStatus(NtClose(handle as *mut c_void)),
+        NtStatus::INVALID_HANDLE
+    );
 });

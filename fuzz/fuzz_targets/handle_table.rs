@@ -9,7 +9,8 @@ use libfuzzer_sys::arbitrary::{self, Arbitrary};
 use libfuzzer_sys::fuzz_target;
 use ntprofile::NtStatus;
 use ntprofile::ffi::exports::{
-    NtClose, NtCreateProfile, NtOpenProcess, NtStartProfile, NtStopProfile, NtprofileQueryStatistics,
+    NtClose, NtCreateProfile, NtOpenProcess, NtStartProfile, NtStopProfile,
+    NtprofileQueryStatistics,
 };
 use ntprofile::profile::ProfileStats;
 
@@ -97,21 +98,31 @@ impl Model {
         assert_eq!(s, expected, "create of process {process:#x}");
         if s.is_success() {
             assert!(
-                self.entries.iter().all(|e| !e.live || e.value != handle as usize),
+                self.entries
+                    .iter()
+                    .all(|e| !e.live || e.value != handle as usize),
                 "a live handle value was issued twice"
             );
             assert!(
                 self.entries.iter().all(|e| e.value != handle as usize),
                 "a closed handle's value was issued again (same generation)"
             );
-            self.entries.push(Entry { value: handle as usize, kind: Kind::Profile, live: true, started: false });
+            self.entries.push(Entry {
+                value: handle as usize,
+                kind: Kind::Profile,
+                live: true,
+                started: false,
+            });
             self.buffers.push(buffer);
         }
     }
 }
 
 fuzz_target!(|ops: Vec<Op>| {
-    let mut m = Model { entries: Vec::new(), buffers: Vec::new() };
+    let mut m = Model {
+        entries: Vec::new(),
+        buffers: Vec::new(),
+    };
     for op in ops.into_iter().take(48) {
         match op {
             Op::Create => m.create(usize::MAX, NtStatus::SUCCESS),
@@ -132,9 +143,19 @@ fuzz_target!(|ops: Vec<Op>| {
             Op::Open => {
                 let mut handle: *mut c_void = std::ptr::null_mut();
                 let mut cid = [u64::from(std::process::id()), 0];
-                let s = NtStatus(NtOpenProcess(&mut handle, 0, std::ptr::null_mut(), cid.as_mut_ptr().cast()));
+                let s = NtStatus(NtOpenProcess(
+                    &mut handle,
+                    0,
+                    std::ptr::null_mut(),
+                    cid.as_mut_ptr().cast(),
+                ));
                 assert_eq!(s, NtStatus::SUCCESS);
-                m.entries.push(Entry { value: handle as usize, kind: Kind::Process, live: true, started: false });
+                m.entries.push(Entry {
+                    value: handle as usize,
+                    kind: Kind::Process,
+                    live: true,
+                    started: false,
+                });
             }
             Op::Start(w) | Op::Stop(w) | Op::Stats(w) => {
                 let (value, live) = m.resolve(w);
@@ -173,7 +194,8 @@ fuzz_target!(|ops: Vec<Op>| {
                         (s, e)
                     }
                     _ => {
-                        let s = NtStatus(NtprofileQueryStatistics(value as *mut c_void, &mut stats));
+                        let s =
+                            NtStatus(NtprofileQueryStatistics(value as *mut c_void, &mut stats));
                         let e = match (pseudo, kind) {
                             (true, _) | (_, Some(Kind::Process)) => NtStatus::OBJECT_TYPE_MISMATCH,
                             (_, None) => NtStatus::INVALID_HANDLE,
@@ -205,10 +227,20 @@ fuzz_target!(|ops: Vec<Op>| {
     // Close what is left; every value is invalid afterwards.
     for e in &mut m.entries {
         let s = NtStatus(NtClose(e.value as *mut c_void));
-        assert_eq!(s, if e.live { NtStatus::SUCCESS } else { NtStatus::INVALID_HANDLE });
+        assert_eq!(
+            s,
+            if e.live {
+                NtStatus::SUCCESS
+            } else {
+                NtStatus::INVALID_HANDLE
+            }
+        );
         e.live = false;
     }
     for e in &m.entries {
-        assert_eq!(NtStatus(NtClose(e.value as *mut c_void)), NtStatus::INVALID_HANDLE);
+        assert_eq!(
+            NtStatus(NtClose(e.value as *mut c_void)),
+            NtStatus::INVALID_HANDLE
+        );
     }
 });

@@ -11,8 +11,14 @@ fn check(variant: Variant) {
     model.preemption_bound = Some(3);
     model.check(move || {
         let (at_stop, at_end, written, _lost) = start_stop(variant, 3);
-        assert_eq!(at_stop, written, "a sample written before the stop was not counted by then");
-        assert_eq!(at_end, at_stop, "the buffer changed after the stop returned");
+        assert_eq!(
+            at_stop, written,
+            "a sample written before the stop was not counted by then"
+        );
+        assert_eq!(
+            at_end, at_stop,
+            "the buffer changed after the stop returned"
+        );
     });
 }
 
