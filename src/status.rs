@@ -87,7 +87,7 @@ impl NtStatus {
     ///
     /// This is the one table the crate uses; see `../shared/spec/linux-mapping.md` section 4:
     /// ENOENT/EOPNOTSUPP/ENODEV → not supported; EACCES/EPERM → privilege not held; ESRCH → invalid handle;
-    /// EMFILE/ENFILE/ENOMEM/ENOSPC → insufficient resources; EINVAL/E2BIG → invalid parameter.
+    /// EMFILE/ENFILE/ENOMEM/ENOSPC/EAGAIN/EINTR/EBUSY → insufficient resources; EINVAL/E2BIG → invalid parameter.
     pub fn from_errno(errno: i32) -> NtStatus {
         match errno {
             libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV | libc::ENOSYS => {
