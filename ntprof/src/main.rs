@@ -8,6 +8,7 @@ mod demo;
 mod output;
 mod progress;
 mod report;
+mod report_cmd;
 mod sources;
 mod symbols;
 mod workload;
