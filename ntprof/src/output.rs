@@ -360,6 +360,31 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// Every key the JSON writer produces has its row in docs/json-schema.md.
+    #[test]
+    fn the_schema_document_describes_every_field() {
+        fn keys(value: &serde_json::Value, out: &mut Vec<String>) {
+            match value {
+                serde_json::Value::Object(map) => {
+                    for (k, v) in map {
+                        out.push(k.clone());
+                        keys(v, out);
+                    }
+                }
+                serde_json::Value::Array(items) => items.iter().for_each(|v| keys(v, out)),
+                _ => {}
+            }
+        }
+        let doc = include_str!("../../docs/json-schema.md");
+        let value: serde_json::Value = serde_json::from_slice(&json(&fixture::report()).unwrap()).unwrap();
+        let mut all = Vec::new();
+        keys(&value, &mut all);
+        assert!(all.len() > 50);
+        let missing: Vec<&String> = all.iter().filter(|k| !doc.contains(&format!("| `{k}` |"))).collect();
+        assert!(missing.is_empty(), "docs/json-schema.md lacks rows for {missing:?}");
+        assert!(doc.contains(&format!("schema version {}", crate::report::SCHEMA_VERSION)) || doc.contains(&format!("(version {})", crate::report::SCHEMA_VERSION)));
+    }
+
     #[test]
     fn one_flame_graph_per_source() {
         let mut report = fixture::report();
