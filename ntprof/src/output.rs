@@ -4,7 +4,6 @@
 //! rendered from the [`Report`] alone. Each output is rendered in memory and then written in one go; a failed write
 //! is an error naming the file (or standard output), except a broken pipe (`ntprof record … | head`), which ends
 //! that output quietly as other Unix tools do.
-#![allow(dead_code)] // Until the recorder (and the `report` subcommand) call in.
 
 #[cfg(test)]
 mod fixture;
@@ -218,7 +217,7 @@ fn text_report(report: &Report, top: usize) -> Result<Vec<u8>, String> {
 /// Render `format`.
 fn render(report: &Report, format: Format, top: usize) -> Vec<Result<Vec<u8>, String>> {
     match format {
-        Format::Text => vec![text_report(report, top)],
+        Format::Text => vec![Ok(crate::text::render(report, top).into_bytes())],
         Format::Json => vec![json(report)],
         Format::Csv => vec![table::render(report)],
         Format::Pprof => vec![pprof::render(report)],

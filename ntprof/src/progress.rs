@@ -2,7 +2,6 @@
 //!
 //! Shown only when stderr is a terminal and `--quiet` is not given; otherwise every method does nothing, so that a
 //! piped or redirected stderr gets no control sequences.
-#![allow(dead_code)] // Until the recorder (and the `report` subcommand) call in.
 
 use std::io::IsTerminal;
 use std::time::Duration;

@@ -1,5 +1,4 @@
 //! `ntprof report FILE.json [OUTPUT OPTIONS]`: render a saved JSON profile again, in any format, without re-running.
-#![allow(dead_code)] // Until the recorder (and the `report` subcommand) call in.
 
 use std::path::PathBuf;
 
