@@ -205,15 +205,6 @@ fn flamegraphs(report: &Report, path: Option<&Path>) -> Vec<(Sink, Result<Vec<u8
         .collect()
 }
 
-/// The text report (the recorder's renderer).
-fn text_report(report: &Report, top: usize) -> Result<Vec<u8>, String> {
-    let _ = (report, top);
-    Err(
-        "the text report comes with the recorder's text renderer, not merged into this branch yet"
-            .into(),
-    )
-}
-
 /// Render `format`.
 fn render(report: &Report, format: Format, top: usize) -> Vec<Result<Vec<u8>, String>> {
     match format {

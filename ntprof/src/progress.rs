@@ -78,7 +78,8 @@ impl Progress {
     }
 
     /// Whether anything is drawn.
-    pub fn visible(&self) -> bool {
+    #[cfg(test)]
+    fn visible(&self) -> bool {
         self.bar.is_some()
     }
 
