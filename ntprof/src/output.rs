@@ -154,6 +154,15 @@ fn ignore_unsyncable(e: io::Error) -> io::Result<()> {
     }
 }
 
+/// Write `bytes` to standard output: a failure is an error with its reason, a closed pipe (`ntprof … | head`) is
+/// not (the reader has gone; nothing is left to do).
+pub fn write_stdout(bytes: &[u8]) -> Result<(), String> {
+    match write_all(&Sink::Stdout, bytes) {
+        Ok(()) | Err(WriteError::BrokenPipe) => Ok(()),
+        Err(WriteError::Failed(msg)) => Err(msg),
+    }
+}
+
 /// The JSON document of a report (the versioned schema), with a final newline.
 pub fn json(report: &Report) -> Result<Vec<u8>, String> {
     let mut bytes = serde_json::to_vec_pretty(report)
@@ -267,7 +276,7 @@ pub fn emit(report: &Report, args: &OutputArgs) -> Result<(), String> {
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(errors.join("\nntprof: "))
+        Err(errors.join("\nntprof: error: "))
     }
 }
 
@@ -366,13 +375,23 @@ mod tests {
             }
         }
         let doc = include_str!("../../docs/json-schema.md");
-        let value: serde_json::Value = serde_json::from_slice(&json(&fixture::report()).unwrap()).unwrap();
+        let value: serde_json::Value =
+            serde_json::from_slice(&json(&fixture::report()).unwrap()).unwrap();
         let mut all = Vec::new();
         keys(&value, &mut all);
         assert!(all.len() > 50);
-        let missing: Vec<&String> = all.iter().filter(|k| !doc.contains(&format!("| `{k}` |"))).collect();
-        assert!(missing.is_empty(), "docs/json-schema.md lacks rows for {missing:?}");
-        assert!(doc.contains(&format!("schema version {}", crate::report::SCHEMA_VERSION)) || doc.contains(&format!("(version {})", crate::report::SCHEMA_VERSION)));
+        let missing: Vec<&String> = all
+            .iter()
+            .filter(|k| !doc.contains(&format!("| `{k}` |")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "docs/json-schema.md lacks rows for {missing:?}"
+        );
+        assert!(
+            doc.contains(&format!("schema version {}", crate::report::SCHEMA_VERSION))
+                || doc.contains(&format!("(version {})", crate::report::SCHEMA_VERSION))
+        );
     }
 
     #[test]

@@ -105,6 +105,8 @@ pub fn report() -> Report {
             cpus: None,
             bucket_log2: 4,
             module_poll_ms: 10.0,
+            symbolize_ms: 1.5,
+            notes: vec!["libraries mapped later are profiled within 10 ms of being mapped".into()],
         },
         sources: vec![SourceReport {
             name: "Timer".into(),
