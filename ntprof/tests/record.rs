@@ -169,7 +169,9 @@ fn ntprof_as(args: &[&str], limit: Duration, unprivileged: bool) -> Output {
     match rx.recv_timeout(limit) {
         Ok(out) => out.expect("wait for ntprof"),
         Err(_) => {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
             panic!("ntprof {args:?} ran longer than {limit:?}");
         }
     }
