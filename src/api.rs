@@ -149,6 +149,13 @@ impl ProfileBuilder {
     }
 
     /// Profile this process (the default; undoes [`process`](Self::process) and [`global`](Self::global)).
+    ///
+    /// ```
+    /// use ntprofile::Profile;
+    ///
+    /// let profile = Profile::builder().global().current_process().range(0x10000, 0x1000).build()?;
+    /// # Ok::<(), ntprofile::Error>(())
+    /// ```
     pub fn current_process(mut self) -> Self {
         self.target = TargetSpec::Current;
         self

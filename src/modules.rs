@@ -64,6 +64,15 @@ impl Module {
     }
 
     /// True when `address` lies in the mapping.
+    ///
+    /// ```
+    /// let here = ntprofile::modules(None)?
+    ///     .into_iter()
+    ///     .find(|m| m.contains(ntprofile::modules as *const () as u64))
+    ///     .expect("this code is in a module");
+    /// assert!(here.base < here.end());
+    /// # Ok::<(), ntprofile::Error>(())
+    /// ```
     pub fn contains(&self, address: u64) -> bool {
         (self.base..self.end()).contains(&address)
     }
@@ -91,6 +100,12 @@ impl Symbol {
     }
 
     /// True when `address` lies in the function.
+    ///
+    /// ```
+    /// let getenv = ntprofile::find_function(None, Some("libc.so.6"), "getenv")?;
+    /// assert!(getenv.contains(getenv.address) && !getenv.contains(getenv.end()));
+    /// # Ok::<(), ntprofile::Error>(())
+    /// ```
     pub fn contains(&self, address: u64) -> bool {
         (self.address..self.end()).contains(&address)
     }
@@ -769,6 +784,15 @@ pub fn kernel_symbols() -> Result<Vec<Symbol>, Error> {
 ///
 /// # Errors
 /// As [`kernel_symbols`], and `STATUS_NOT_FOUND` when no text symbol has that name.
+///
+/// ```no_run
+/// use ntprofile::{Profile, find_kernel_function};
+///
+/// // Every process's time in the kernel's scheduler (needs the privilege of a global profile).
+/// let schedule = find_kernel_function(Some("[kernel]"), "schedule")?;
+/// let profile = Profile::builder().global().function(&schedule).build()?;
+/// # Ok::<(), ntprofile::Error>(())
+/// ```
 pub fn find_kernel_function(module: Option<&str>, name: &str) -> Result<Symbol, Error> {
     kernel_symbols()?
         .into_iter()

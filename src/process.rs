@@ -64,11 +64,26 @@ impl Process {
     }
 
     /// The Linux process id.
+    ///
+    /// ```
+    /// let me = ntprofile::Process::open(std::process::id())?;
+    /// assert_eq!(me.pid(), std::process::id());
+    /// # Ok::<(), ntprofile::Error>(())
+    /// ```
     pub fn pid(&self) -> u32 {
         self.inner.pid() as u32
     }
 
-    /// True once the process has exited (a profile of it then counts nothing more).
+    /// True once the process has exited (a profile of it then counts nothing more). The pidfd keeps naming the
+    /// exited process, never a newer one that got its pid.
+    ///
+    /// ```
+    /// let mut child = std::process::Command::new("true").spawn().unwrap();
+    /// let process = ntprofile::Process::open(child.id())?;
+    /// child.wait().unwrap();
+    /// assert!(process.has_exited());
+    /// # Ok::<(), ntprofile::Error>(())
+    /// ```
     pub fn has_exited(&self) -> bool {
         self.inner.has_exited()
     }

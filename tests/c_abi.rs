@@ -573,3 +573,12 @@ fn find_function_c() {
     let (counted, outside) = (l[l.len() - 2], l[l.len() - 1]);
     assert!(counted > 1000 && counted >= 2 * outside, "{l:?}");
 }
+
+/// `ffi/readme.c`, the README's C example, builds without a warning and counts samples in the function it found.
+#[test]
+fn readme_c() {
+    let scratch = Scratch::new("readme");
+    let exe = build_program(&scratch, "readme");
+    let (ok, out) = run_program(&exe);
+    assert!(ok, "ffi/readme.c failed:\n{out}");
+}

@@ -701,3 +701,47 @@ fn kernel_through_the_exports() {
         }
     }
 }
+
+/// The README's examples are the files that the build compiles (clippy and gcc with warnings as errors) and
+/// that the tests run: `examples/readme.rs` (run here) and `ffi/readme.c` (run by tests/c_abi.rs).
+#[test]
+fn readme_examples_are_the_compiled_ones() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    for (section, fence, file) in [
+        ("### C\n", "```c\n", "ffi/readme.c"),
+        ("### Rust\n", "```rust\n", "examples/readme.rs"),
+    ] {
+        let at = readme
+            .find(section)
+            .unwrap_or_else(|| panic!("no {section:?} in README.md"));
+        let start = readme[at..].find(fence).expect("the fence") + at + fence.len();
+        let end = readme[start..].find("```\n").expect("the closing fence") + start;
+        let text = std::fs::read_to_string(repo.join(file)).unwrap();
+        assert_eq!(
+            &readme[start..end],
+            text,
+            "README.md's {section:?} example differs from {file}"
+        );
+    }
+    let exe = std::env::current_exe().unwrap();
+    let example = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .unwrap()
+        .join("examples")
+        .join("readme");
+    let out = std::process::Command::new(&example)
+        .output()
+        .expect("run examples/readme");
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("{text}");
+    assert!(
+        out.status.success(),
+        "{:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let samples: u64 = text.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(samples > 0, "{text}");
+}

@@ -1,4 +1,4 @@
-//! From the profiles of a run to a [`Report`]: accounting, symbolization, aggregation by module, function and
+//! From the profiles of a run to a [`Report`](crate::report::Report): accounting, symbolization, aggregation by module, function and
 //! source line.
 //!
 //! Every source has one coarse profile over the whole address space of interest (started first, stopped last)
@@ -90,10 +90,18 @@ impl SymbolCache {
         }
     }
 
-    fn open_elf(&mut self, path: &str) {
-        self.elf
-            .entry(PathBuf::from(path))
-            .or_insert_with(|| ElfSymbolizer::open(Path::new(path)).ok());
+    /// Open the symbolizers of `paths`, one thread each (at most a few modules have samples).
+    fn open_elf_all(&mut self, paths: &[&str]) {
+        let opened: Vec<(PathBuf, Option<ElfSymbolizer>)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = paths
+                .iter()
+                .map(|&p| {
+                    scope.spawn(move || (PathBuf::from(p), ElfSymbolizer::open(Path::new(p)).ok()))
+                })
+                .collect();
+            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        self.elf.extend(opened);
     }
 }
 
@@ -216,13 +224,20 @@ fn build_source(
     let mut buckets: Vec<BucketReport> = Vec::new();
     let mut functions: HashMap<(String, String), FnAcc> = HashMap::new();
     let mut lines: HashMap<(String, String, u32), (String, u64)> = HashMap::new();
-    // Open the symbolizers of the modules that have samples, then read them through shared borrows.
-    for (i, counts) in &counted_per_module {
-        let spec = &run.modules[*i].spec;
-        if matches!(spec.kind, ModuleKind::Elf(_)) && counts.iter().any(|&c| c > 0) {
-            cache.open_elf(&spec.path);
-        }
-    }
+    // Open the symbolizers of the modules that have samples (in parallel: loading DWARF, often compressed, is
+    // most of the cost), then read them through shared borrows.
+    let mut wanted: Vec<&str> = counted_per_module
+        .iter()
+        .map(|(i, counts)| (&run.modules[*i].spec, counts))
+        .filter(|(spec, counts)| {
+            matches!(spec.kind, ModuleKind::Elf(_)) && counts.iter().any(|&c| c > 0)
+        })
+        .map(|(spec, _)| spec.path.as_str())
+        .filter(|p| !cache.elf.contains_key(Path::new(p)))
+        .collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    cache.open_elf_all(&wanted);
     let SymbolCache {
         elf: elf_cache,
         kallsyms,

@@ -157,6 +157,26 @@ impl Recorder {
         kernel: bool,
         t0: Instant,
     ) -> Result<Recorder, Failure> {
+        if let Some(list) = &opts.cpus {
+            let online = ntprofile::affinity::online_cpus();
+            let offline: Vec<String> = list
+                .0
+                .iter()
+                .filter(|c| !online.contains(**c))
+                .map(usize::to_string)
+                .collect();
+            if !offline.is_empty() {
+                let on: Vec<String> = online.iter().map(|c| c.to_string()).collect();
+                return Err(Failure::new(
+                    EXIT_USAGE,
+                    format!(
+                        "--cpus: processor {} is not online (online: {})",
+                        offline.join(", "),
+                        on.join(",")
+                    ),
+                ));
+            }
+        }
         let mut unique: Vec<ProfileSource> = Vec::new();
         for &s in &opts.sources {
             if !unique.contains(&s) {

@@ -124,7 +124,13 @@ pub fn render(report: &Report, top: usize) -> String {
     for s in &report.sources {
         render_source(&mut out, s, top);
     }
-    out
+    // Empty bars and text leave trailing blanks.
+    let mut trimmed: String = out
+        .lines()
+        .map(|l| l.trim_end().to_string() + "\n")
+        .collect();
+    trimmed.shrink_to_fit();
+    trimmed
 }
 
 fn render_source(out: &mut String, s: &SourceReport, top: usize) {
@@ -169,17 +175,17 @@ fn render_source(out: &mut String, s: &SourceReport, top: usize) {
     if !s.functions.is_empty() {
         let _ = writeln!(
             out,
-            "\n  {:>9} {:>7}  {:<44} {:<20} {}",
-            "Samples", "Share", "Function", "Module", ""
+            "\n  {:>9} {:>7}  {:<36} Module",
+            "Samples", "Share", "Function"
         );
         for f in s.functions.iter().take(top) {
             let _ = writeln!(
                 out,
-                "  {:>9} {:>7}  {:<44} {:<20} {}",
+                "  {:>9} {:>7}  {:<36} {:<26} {}",
                 f.samples,
                 pct(f.share),
-                head(&f.name, 44),
-                tail(&f.module, 20),
+                head(&f.name, 36),
+                tail(&f.module, 26),
                 bar(f.share)
             );
         }
@@ -202,7 +208,7 @@ fn render_source(out: &mut String, s: &SourceReport, top: usize) {
     if !s.lines.is_empty() {
         let _ = writeln!(
             out,
-            "\n  {:>9} {:>7}  {:<24} {:<24} {:<20} source",
+            "\n  {:>9} {:>7}  {:<20} {:<20} {:<26} source",
             "Samples", "Share", "Line", "Function", "Module"
         );
         for l in s.lines.iter().take(top) {
@@ -211,12 +217,12 @@ fn render_source(out: &mut String, s: &SourceReport, top: usize) {
                 .map_or(l.file.clone(), |f| f.to_string_lossy().into_owned());
             let _ = writeln!(
                 out,
-                "  {:>9} {:>7}  {:<24} {:<24} {:<20} {}",
+                "  {:>9} {:>7}  {:<20} {:<20} {:<26} {}",
                 l.samples,
                 pct(l.share),
-                tail(&format!("{file}:{}", l.line), 24),
-                head(&l.function, 24),
-                tail(&l.module, 20),
+                tail(&format!("{file}:{}", l.line), 20),
+                head(&l.function, 20),
+                tail(&l.module, 26),
                 l.text.as_deref().map(str::trim).unwrap_or("")
             );
         }

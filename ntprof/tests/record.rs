@@ -169,7 +169,9 @@ fn ntprof_as(args: &[&str], limit: Duration, unprivileged: bool) -> Output {
     match rx.recv_timeout(limit) {
         Ok(out) => out.expect("wait for ntprof"),
         Err(_) => {
-            let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
             panic!("ntprof {args:?} ran longer than {limit:?}");
         }
     }
@@ -764,4 +766,54 @@ fn readme_demo_shows_the_designed_shares() {
             .unwrap()
             > 0.0
     );
+}
+
+/// SIGINT to ntprof: `record` forwards it to the command (which dies of it: 130), `attach` ends and reports.
+#[test]
+fn sigint_is_forwarded_by_record_and_ends_attach() {
+    let split = programs().path("split");
+    let start = |args: &[&str]| {
+        Command::new(NTPROF)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let interrupt = |child: &std::process::Child| {
+        std::thread::sleep(Duration::from_millis(1000));
+        let st = Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    let rec = start(&[
+        "record",
+        "--format",
+        "json",
+        "--",
+        split.to_str().unwrap(),
+        "30",
+    ]);
+    interrupt(&rec);
+    let r = report(&rec.wait_with_output().unwrap(), 130);
+    assert_eq!(r["run"]["exit_status"], 130);
+
+    let mut target = spawn_split("30");
+    std::thread::sleep(Duration::from_millis(100));
+    let att = start(&[
+        "attach",
+        "--format",
+        "json",
+        "--pid",
+        &target.id().to_string(),
+    ]);
+    interrupt(&att);
+    let out = att.wait_with_output().unwrap();
+    let _ = target.kill();
+    let _ = target.wait();
+    let r = report(&out, 0);
+    assert_eq!(r["run"]["ended_by"], "interrupted");
+    assert!(function_samples(source(&r, "Timer"), "exe_hot") > 0);
 }
