@@ -185,7 +185,15 @@ fn flamegraphs(report: &Report, path: Option<&Path>) -> Vec<(Sink, Result<Vec<u8
         .enumerate()
         .map(|(i, source)| {
             let sink = match (i, path) {
-                (0, _) | (_, None) => Sink::of(path),
+                (0, _) => Sink::of(path),
+                (_, None) => {
+                    // Several SVG documents one after the other on standard output would be no SVG at all.
+                    let msg = format!(
+                        "a flame graph of {} too: several sources need --flamegraph FILE.svg (one file each)",
+                        source.name
+                    );
+                    return (Sink::Stdout, Err(msg));
+                }
                 (_, Some(p)) => {
                     let name = p
                         .file_name()
@@ -402,6 +410,10 @@ mod tests {
         report.sources.push(second);
         let out = flamegraphs(&report, Some(Path::new("/tmp/x/flame.svg")));
         let sinks: Vec<Sink> = out.into_iter().map(|(s, _)| s).collect();
+        let on_stdout = flamegraphs(&report, None);
+        assert!(
+            on_stdout[0].1.is_ok() && on_stdout[1].1.as_ref().unwrap_err().contains("FILE.svg")
+        );
         assert_eq!(
             sinks,
             [

@@ -647,6 +647,85 @@ fn progress_shows_on_a_terminal_only() {
     );
 }
 
+/// Two sources in one run: one pprof profile with a pair of sample types per source, one flame graph per source.
+#[test]
+fn two_sources_each_get_their_sample_types_and_their_flame_graph() {
+    let prog = split();
+    let dir = prog.parent().unwrap().join("two-sources");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut cmd = Command::new(NTPROF);
+    cmd.current_dir(&dir)
+        .args([
+            "record",
+            "-q",
+            "--source",
+            "Timer,page-faults",
+            "--pprof",
+            "two.pb.gz",
+        ])
+        .args(["--flamegraph", "flame.svg", "--json", "two.json", "--"])
+        .arg(prog)
+        .arg("0.5");
+    let out = run_bounded(cmd, LIMIT);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let json: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("two.json")).unwrap()).unwrap();
+    let names: Vec<&str> = json["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["Timer", "page-faults"]);
+    let timer_svg = std::fs::read_to_string(dir.join("flame.svg")).unwrap();
+    assert!(svg_frames(&timer_svg).0.contains("Timer"));
+    let faults_svg = std::fs::read_to_string(dir.join("flame.page-faults.svg")).unwrap();
+    assert!(svg_frames(&faults_svg).0.contains("page-faults"));
+
+    let Some(pprof) = pprof() else { return };
+    let mut cmd = Command::new(&pprof);
+    cmd.args(["-raw"]).arg(dir.join("two.pb.gz"));
+    let raw = String::from_utf8(run_bounded(cmd, LIMIT).stdout).unwrap();
+    assert!(
+        raw.contains("Timer-samples/count Timer-cpu/nanoseconds[dflt] page-faults-samples/count page-faults/events"),
+        "{raw}"
+    );
+    // pprof's page-fault totals are the report's (counted + outside) of that source.
+    let stats = &json["sources"][1]["stats"];
+    let faults = stats["counted"].as_u64().unwrap() + stats["outside"].as_u64().unwrap();
+    let mut cmd = Command::new(&pprof);
+    cmd.args(["-top", "-sample_index=page-faults-samples"])
+        .arg(dir.join("two.pb.gz"));
+    let top = String::from_utf8(run_bounded(cmd, LIMIT).stdout).unwrap();
+    assert!(
+        top.contains(&format!("of {faults} total")),
+        "page faults {faults}:\n{top}"
+    );
+}
+
+#[test]
+fn pprof_is_not_written_to_a_terminal() {
+    let json = run().dir.join("run.json");
+    let json = json.to_str().unwrap();
+    let Some(out) = under_pty(&[NTPROF, "report", json, "--format", "pprof"]) else {
+        return;
+    };
+    let tty = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success());
+    assert!(
+        tty.contains("not writing a binary pprof profile to the terminal"),
+        "{tty:?}"
+    );
+    assert!(
+        !tty.contains('\u{1f}'),
+        "gzip bytes on the terminal: {tty:?}"
+    );
+}
+
 #[test]
 fn a_failed_write_is_an_error_and_a_closed_pipe_a_quiet_success() {
     let prog = split().to_str().unwrap().to_string();
