@@ -512,7 +512,11 @@ fn spawn_error(cmd: &str, err: &std::io::Error) -> Failure {
     match err.kind() {
         std::io::ErrorKind::NotFound => Failure::new(
             EXIT_NOT_FOUND,
-            format!("{cmd}: command not found (give a path, e.g. ./{cmd}, or check $PATH)"),
+            if cmd.contains('/') {
+                format!("{cmd}: no such file")
+            } else {
+                format!("{cmd}: command not found (give a path, e.g. ./{cmd}, or check $PATH)")
+            },
         ),
         std::io::ErrorKind::PermissionDenied => Failure::new(
             EXIT_NOT_EXECUTABLE,
