@@ -568,7 +568,11 @@ fn user_notes(rec: &Recorder, poll_ms: u64, entry_breakpoint: Option<bool>) -> V
     let mut notes: Vec<String> = rec
         .problems
         .iter()
-        .map(|p| format!("a module mapped during the run was not profiled (its samples are outside): {p}"))
+        .map(|p| {
+            format!(
+                "a module mapped during the run was not profiled (its samples are outside): {p}"
+            )
+        })
         .collect();
     notes.push(
         "user-space profiles: time the program spent in the kernel (system calls, page faults) is not \
