@@ -461,6 +461,9 @@ fn dlopen_half_way_is_profiled_after_the_stated_delay() {
     let exe_hot = function_samples(s, "exe_hot");
     assert!(plugin_hot > 0 && exe_hot > 0);
     let outside = u(&s["stats"]["outside"]);
+    eprintln!(
+        "plugin loaded at {dlopen_ms} ms, profiled from {from} ms; {outside} samples outside"
+    );
     assert!(
         outside > 0,
         "the plugin's samples before its profile are outside"
