@@ -42,26 +42,24 @@ pub mod buckets;
 pub mod engine;
 mod error;
 pub mod ffi;
-#[allow(unsafe_code)]
-mod loader;
 mod modules;
 #[allow(unsafe_code)]
 mod perf;
-mod process;
 pub mod profile;
 pub mod source;
 pub mod status;
 pub mod target;
 
 pub use affinity::{Affinity, CpuSet};
-pub use api::{Profile, ProfileBuilder, query_interval, set_interval, set_jitter};
+pub use api::{
+    GroupAffinity, Process, Profile, ProfileBuilder, query_interval, set_interval, set_jitter,
+};
 pub use buckets::BucketLayout;
 pub use error::Error;
 pub use modules::{
     Module, Symbol, find_function, find_kernel_function, find_module, kernel_modules,
     kernel_symbols, modules,
 };
-pub use process::{GroupAffinity, Process};
 pub use profile::ProfileStats;
 pub use source::{
     IntervalUnit, PerfEventSpec, ProfileSource, SourceInfo, Support, list_sources,

@@ -480,13 +480,13 @@ impl Scope {
     }
 
     /// The modules in scope (none for an exited process: it has no address space).
-    fn modules(&self) -> Result<Vec<crate::Module>, NtStatus> {
+    fn modules(&self) -> Result<Vec<crate::modules::Module>, NtStatus> {
         Ok(match self {
-            Scope::Current => crate::modules(None)?,
-            Scope::Kernel => crate::kernel_modules()?,
+            Scope::Current => crate::modules::modules(None)?,
+            Scope::Kernel => crate::modules::kernel_modules()?,
             Scope::Process(None) => Vec::new(),
             Scope::Process(Some(p)) => {
-                let list = crate::modules(Some(p.pid() as u32))?;
+                let list = crate::modules::modules(Some(p.pid() as u32))?;
                 // The pid is only trusted while the pidfd says the process lives: once it has exited, the pid
                 // may name a newer process.
                 if p.has_exited() { Vec::new() } else { list }
@@ -496,7 +496,7 @@ impl Scope {
 }
 
 /// Encode one `NTPROFILE_MODULE_INFO` record (layout in `include/ntprofile.h`).
-fn encode_module_info(m: &crate::Module) -> [u8; MODULE_INFO_SIZE] {
+fn encode_module_info(m: &crate::modules::Module) -> [u8; MODULE_INFO_SIZE] {
     let mut rec = [0u8; MODULE_INFO_SIZE];
     let mut put64 = |off: usize, v: u64| rec[off..off + 8].copy_from_slice(&v.to_ne_bytes());
     put64(0, m.base);
@@ -607,12 +607,15 @@ pub extern "C" fn NtprofileFindFunction(
         let function = name_arg(function_name as usize)?.ok_or(NtStatus::INVALID_PARAMETER)?;
         let module = name_arg(module_name as usize)?;
         let symbol = match Scope::of(process_handle as usize)? {
-            Scope::Current => crate::find_function(None, module.as_deref(), &function)?,
-            Scope::Kernel => crate::find_kernel_function(module.as_deref(), &function)?,
+            Scope::Current => crate::modules::find_function(None, module.as_deref(), &function)?,
+            Scope::Kernel => crate::modules::find_kernel_function(module.as_deref(), &function)?,
             Scope::Process(None) => return Err(NtStatus::NOT_FOUND),
             Scope::Process(Some(p)) => {
-                let found =
-                    crate::find_function(Some(p.pid() as u32), module.as_deref(), &function)?;
+                let found = crate::modules::find_function(
+                    Some(p.pid() as u32),
+                    module.as_deref(),
+                    &function,
+                )?;
                 if p.has_exited() {
                     return Err(NtStatus::NOT_FOUND);
                 }

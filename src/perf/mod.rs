@@ -6,5 +6,7 @@
 //! to the ring says which kernel store or load it pairs with.
 
 pub mod event;
+/// This process's loaded objects from the dynamic loader (`dl_iterate_phdr`), for the module listing.
+pub(crate) mod loader;
 pub mod ring;
 pub mod sys;
