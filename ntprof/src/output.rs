@@ -222,18 +222,20 @@ fn flamegraphs(report: &Report, path: Option<&Path>) -> Vec<(Sink, Result<Vec<u8
         .collect()
 }
 
-/// Render `format`.
-fn render(report: &Report, format: Format, top: usize) -> Vec<Result<Vec<u8>, String>> {
+/// Render one of the single-document formats (the flame graph has one document per source: [`flamegraphs`]).
+fn render(report: &Report, format: Format, top: usize) -> Result<Vec<u8>, String> {
     match format {
-        Format::Text => vec![Ok(crate::text::render(report, top).into_bytes())],
-        Format::Json => vec![json(report)],
-        Format::Csv => vec![table::render(report)],
-        Format::Pprof => vec![pprof::render(report)],
-        Format::Flamegraph => report
-            .sources
-            .iter()
-            .map(|s| flame::render_source(report, s))
-            .collect(),
+        Format::Text => Ok(crate::text::render(report, top).into_bytes()),
+        Format::Json => json(report),
+        Format::Csv => table::render(report),
+        Format::Pprof => pprof::render(report),
+        Format::Flamegraph => flame::render_source(
+            report,
+            report
+                .sources
+                .first()
+                .ok_or("the report has no source to draw a flame graph of")?,
+        ),
     }
 }
 
@@ -255,8 +257,7 @@ pub fn emit(report: &Report, args: &OutputArgs) -> Result<(), String> {
     }
     let format = args.main_format();
     let main = Sink::of(args.output.as_deref());
-    let binary = matches!(format, Format::Pprof);
-    if binary && main == Sink::Stdout && io::stdout().is_terminal() {
+    if format == Format::Pprof && main == Sink::Stdout && io::stdout().is_terminal() {
         jobs.push((
             main,
             Err("not writing a binary pprof profile to the terminal: give --output FILE.pb.gz, or redirect".into()),
@@ -264,11 +265,7 @@ pub fn emit(report: &Report, args: &OutputArgs) -> Result<(), String> {
     } else if format == Format::Flamegraph {
         jobs.extend(flamegraphs(report, args.output.as_deref()));
     } else {
-        jobs.extend(
-            render(report, format, args.top)
-                .into_iter()
-                .map(|r| (main.clone(), r)),
-        );
+        jobs.push((main, render(report, format, args.top)));
     }
 
     let mut errors = Vec::new();
