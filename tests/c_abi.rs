@@ -428,11 +428,20 @@ fn header_constants_match_the_crate() {
 // ---------------------------------------------------------------------------------------------------------
 
 /// Compile `ffi/<name>.c` against the header and the shared library into `scratch`.
+///
+/// The library's SONAME is `libntprofile.so.<major>`, so the program records that name; cargo writes only
+/// `libntprofile.so`, so the scratch directory gets a `libntprofile.so.<major>` symlink to it and becomes the
+/// program's rpath.
 fn build_program(scratch: &Scratch, name: &str) -> PathBuf {
     let lib_dir = lib_dir();
     let exe = scratch.path(name);
+    let soname = scratch.path(concat!("libntprofile.so.", env!("CARGO_PKG_VERSION_MAJOR")));
+    if std::fs::symlink_metadata(&soname).is_err() {
+        std::os::unix::fs::symlink(lib_dir.join("libntprofile.so"), &soname)
+            .expect("symlink the SONAME to libntprofile.so");
+    }
     let mut rpath = std::ffi::OsString::from("-Wl,-rpath,");
-    rpath.push(&lib_dir);
+    rpath.push(&scratch.0);
     run_tool(
         Command::new("gcc")
             .args(["-O2", "-std=c11"])
