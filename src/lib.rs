@@ -41,6 +41,7 @@ mod perf;
 pub mod profile;
 pub mod source;
 pub mod status;
+mod status_message;
 pub mod target;
 
 pub use affinity::{Affinity, CpuSet};
