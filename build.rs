@@ -6,7 +6,8 @@
 
 fn main() {
     let manifest_dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
-    let major = std::env::var("CARGO_PKG_VERSION_MAJOR").expect("cargo sets CARGO_PKG_VERSION_MAJOR");
+    let major =
+        std::env::var("CARGO_PKG_VERSION_MAJOR").expect("cargo sets CARGO_PKG_VERSION_MAJOR");
     let target_os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let script = format!("{manifest_dir}/pkg/ntprofile.map");
     println!("cargo:rerun-if-changed=build.rs");

@@ -109,25 +109,39 @@ impl ProfileBuilder {
         }
         let needed = crate::buckets::counters_needed(self.size, self.bucket_size).max(1);
         // The buffer must fit a ULONG BufferSize, as the C API's.
-        let buffer_size =
-            u32::try_from(needed * 4).map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
+        let buffer_size = needed
+            .checked_mul(4)
+            .and_then(|bytes| u32::try_from(bytes).ok())
+            .ok_or_else(|| {
+                crate::error::counters(NtStatus::INSUFFICIENT_RESOURCES, needed, false)
+            })?;
         let (layout, source) = check_front(
             self.base,
             self.size,
             self.bucket_size,
             buffer_size,
             self.source.to_raw(),
-        )?;
+        )
+        .map_err(|status| {
+            crate::error::create_front(
+                status,
+                self.base,
+                self.size,
+                self.bucket_size,
+                buffer_size,
+                self.source,
+            )
+        })?;
         let online = online_cpus();
         let affinity = match self.affinity {
-            AffinitySpec::Mask(m) => Affinity::from_kaffinity(m, current_group(), &online)?,
+            AffinitySpec::Mask(m) => Affinity::from_kaffinity(m, current_group(), &online)
+                .map_err(|status| {
+                    crate::error::affinity_mask(status, m, current_group(), &online)
+                })?,
             AffinitySpec::AllActive => Affinity::AllActive,
             AffinitySpec::Cpus(set) => {
                 if set.is_empty() || !set.is_subset(&online) {
-                    return Err(Error::new(
-                        NtStatus::INVALID_PARAMETER,
-                        "a CPU is offline or the set is empty",
-                    ));
+                    return Err(crate::error::cpus(&set, &online));
                 }
                 Affinity::Cpus(set)
             }
@@ -136,7 +150,7 @@ impl ProfileBuilder {
         let mut counters: Vec<AtomicU32> = Vec::new();
         counters
             .try_reserve_exact(needed as usize)
-            .map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
+            .map_err(|_| crate::error::counters(NtStatus::INSUFFICIENT_RESOURCES, needed, true))?;
         counters.resize_with(needed as usize, || AtomicU32::new(0));
         let storage = CounterStorage::Owned(counters.into_boxed_slice());
         let core = ProfileCore::new(layout, source, Target::CurrentProcess, affinity, storage);
@@ -178,7 +192,8 @@ impl Profile {
     /// started profiles), `STATUS_INSUFFICIENT_RESOURCES` (descriptors, ring memory), and the mapping of
     /// [`perf_event_open(2)`](https://man7.org/linux/man-pages/man2/perf_event_open.2.html) errors.
     pub fn start(&self) -> Result<(), Error> {
-        Ok(engine::start(&self.core)?)
+        engine::start(&self.core)
+            .map_err(|status| crate::error::start(status, self.core.source, &self.core.target))
     }
 
     /// `NtStopProfile(ProfileHandle)` — stop sampling. A barrier: when it returns, every sample taken before the
@@ -188,7 +203,7 @@ impl Profile {
     /// # Errors
     /// `STATUS_PROFILING_NOT_STARTED` when the profile is not started.
     pub fn stop(&self) -> Result<(), Error> {
-        Ok(engine::stop(&self.core)?)
+        engine::stop(&self.core).map_err(crate::error::stop)
     }
 
     /// True while started.
@@ -270,5 +285,6 @@ pub fn query_interval(source: ProfileSource) -> u32 {
 /// # Errors
 /// `STATUS_INVALID_PARAMETER` above 90 %, `STATUS_NOT_SUPPORTED` for a source not supported here.
 pub fn set_jitter(source: ProfileSource, percent: u32) -> Result<(), Error> {
-    Ok(engine::set_jitter(source, percent)?)
+    engine::set_jitter(source, percent)
+        .map_err(|status| crate::error::jitter(status, source, percent))
 }

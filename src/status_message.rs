@@ -137,7 +137,11 @@ mod tests {
 
     #[test]
     fn every_named_status_has_its_own_text() {
-        let ranges = [0u32..=0x100, 0x8000_0000..=0x8000_0100, 0xC000_0000..=0xC000_0400];
+        let ranges = [
+            0u32..=0x100,
+            0x8000_0000..=0x8000_0100,
+            0xC000_0000..=0xC000_0400,
+        ];
         let mut named = 0;
         for raw in ranges.into_iter().flatten() {
             let status = NtStatus(raw as i32);
@@ -161,8 +165,14 @@ mod tests {
             }
         }
         assert_eq!(NtStatus(0x1234).message_cstr(), UNKNOWN_SUCCESS);
-        assert_eq!(NtStatus(0x8000_0777u32 as i32).message_cstr(), UNKNOWN_WARNING);
-        assert_eq!(NtStatus(0xC000_0777u32 as i32).message_cstr(), UNKNOWN_ERROR);
+        assert_eq!(
+            NtStatus(0x8000_0777u32 as i32).message_cstr(),
+            UNKNOWN_WARNING
+        );
+        assert_eq!(
+            NtStatus(0xC000_0777u32 as i32).message_cstr(),
+            UNKNOWN_ERROR
+        );
         assert_eq!(NtStatus(0x4000_0000).message_cstr(), UNKNOWN_SUCCESS);
     }
 }

@@ -415,11 +415,15 @@ const WINDOWS_ONLY_STATUSES: [(&str, u32); 2] = [
 
 /// Every status value the crate names (scanning the ranges NT statuses of this contract live in).
 fn crate_statuses() -> Vec<(String, u32)> {
-    [0u32..=0x1000, 0x8000_0000..=0x8000_1000, 0xC000_0000..=0xC000_1000]
-        .into_iter()
-        .flatten()
-        .filter_map(|v| Some((NtStatus(v as i32).name()?.to_string(), v)))
-        .collect()
+    [
+        0u32..=0x1000,
+        0x8000_0000..=0x8000_1000,
+        0xC000_0000..=0xC000_1000,
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(|v| Some((NtStatus(v as i32).name()?.to_string(), v)))
+    .collect()
 }
 
 #[test]
@@ -531,7 +535,11 @@ fn windows_types_coexist_with_the_programs_own() {
         std::fs::write(&c, &text).unwrap();
         std::fs::write(&cc, &text).unwrap();
         let modes: &[(&str, &str, &PathBuf)] = if c99 {
-            &[("gcc", "-std=c99", &c), ("gcc", "-std=c11", &c), ("g++", "-std=c++17", &cc)]
+            &[
+                ("gcc", "-std=c99", &c),
+                ("gcc", "-std=c11", &c),
+                ("g++", "-std=c++17", &cc),
+            ]
         } else {
             &[("gcc", "-std=c11", &c), ("g++", "-std=c++17", &cc)]
         };

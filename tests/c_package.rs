@@ -109,7 +109,10 @@ fn pkg_config(prefix: &Path, args: &[&str]) -> Vec<String> {
         .env_remove("PKG_CONFIG_PATH")
         .args(args)
         .arg("ntprofile"));
-    let words: Vec<String> = stdout(&out).split_whitespace().map(str::to_string).collect();
+    let words: Vec<String> = stdout(&out)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
     println!("  -> {words:?}");
     words
 }
@@ -117,7 +120,14 @@ fn pkg_config(prefix: &Path, args: &[&str]) -> Vec<String> {
 /// Build `ffi/example_hot.c` with the given compiler and linker words.
 fn build_example(exe: &Path, flags: &[String]) {
     run(Command::new("gcc")
-        .args(["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"])
+        .args([
+            "-O2",
+            "-std=c11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-pedantic",
+        ])
         .arg(repo().join("ffi/example_hot.c"))
         .arg("-o")
         .arg(exe)
@@ -144,7 +154,10 @@ fn run_example(exe: &Path, ld_library_path: Option<&Path>) -> u64 {
     let out = run(&mut cmd);
     let text = stdout(&out);
     println!("{text}");
-    assert!(text.contains("example_hot: ok"), "example_hot did not pass:\n{text}");
+    assert!(
+        text.contains("example_hot: ok"),
+        "example_hot did not pass:\n{text}"
+    );
     let counted = text
         .lines()
         .find_map(|l| l.strip_prefix("statistics: counted "))

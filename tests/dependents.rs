@@ -142,11 +142,7 @@ fn a_dependent_crate_compiles_none_of_the_cli_dependencies() {
     println!("cargo tree of a dependent crate: {in_tree:?}");
     assert!(in_tree.contains("ntprofile"), "{tree}");
 
-    let log = cargo(
-        &dir,
-        &["build", "--release", "--offline", "-v"],
-        &target,
-    );
+    let log = cargo(&dir, &["build", "--release", "--offline", "-v"], &target);
     let built: BTreeSet<&str> = log
         .lines()
         .filter(|l| {
@@ -162,10 +158,7 @@ fn a_dependent_crate_compiles_none_of_the_cli_dependencies() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 
-    let in_tree_bad: Vec<&&str> = in_tree
-        .iter()
-        .filter(|n| forbidden.contains(**n))
-        .collect();
+    let in_tree_bad: Vec<&&str> = in_tree.iter().filter(|n| forbidden.contains(**n)).collect();
     let built_bad: Vec<&&str> = built.iter().filter(|n| forbidden.contains(**n)).collect();
     assert!(
         in_tree_bad.is_empty() && built_bad.is_empty(),
