@@ -154,7 +154,7 @@ mod tests {
                 );
             }
         }
-        assert!(named >= 19, "only {named} named statuses found");
+        assert!(named >= 18, "only {named} named statuses found");
     }
 
     #[test]
