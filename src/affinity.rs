@@ -1,7 +1,7 @@
 //! Processor sets: `KAFFINITY` and `GROUP_AFFINITY` ↔ Linux CPU numbers.
 //!
 //! Active processors are the online CPUs (`/sys/devices/system/cpu/online`); processor group `g` is CPUs
-//! `64·g … 64·g+63` (`../shared/spec/linux-mapping.md` section 1).
+//! `64·g … 64·g+63` (`docs/linux-mapping.md`, "What stands for what").
 
 use crate::status::NtStatus;
 
@@ -196,7 +196,7 @@ impl Affinity {
         Ok(Affinity::Cpus(set))
     }
 
-    /// The CPUs a start uses: affinity ∩ online, and every online CPU if that is empty (spec section 5).
+    /// The CPUs a start uses: affinity ∩ online, and every online CPU if that is empty (`docs/api.md` section 5).
     pub fn effective(&self, online: &CpuSet) -> CpuSet {
         match self {
             Affinity::AllActive => online.clone(),

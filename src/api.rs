@@ -89,7 +89,7 @@ impl ProfileBuilder {
     #[doc(alias = "NtCreateProfile")]
     ///
     /// # Errors
-    /// In the order of spec section 3: `STATUS_INVALID_PARAMETER` (bucket size), `STATUS_BUFFER_OVERFLOW`
+    /// In the order of `docs/api.md` section 3: `STATUS_INVALID_PARAMETER` (bucket size), `STATUS_BUFFER_OVERFLOW`
     /// (the range wraps), `STATUS_NOT_SUPPORTED` (source), `STATUS_INVALID_PARAMETER` (processors),
     /// `STATUS_PRIVILEGE_NOT_HELD` (a kernel range without the privilege), `STATUS_INSUFFICIENT_RESOURCES`
     /// (the counters cannot be allocated or exceed `ULONG` sizes).

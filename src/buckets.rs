@@ -1,5 +1,5 @@
 //! The KPROFILE arithmetic: the create-time checks of `NtCreateProfile` that concern the range and the buffer
-//! (spec section 3, checks 1 to 5, in that order), and the bucket rule of spec section 4.
+//! (`docs/api.md` section 3, checks 1 to 5, in that order), and the bucket rule of `docs/api.md` section 4.
 //!
 //! Pure functions, no I/O, no unsafe: unit-, property- and Miri-tested.
 
@@ -39,7 +39,7 @@ pub const fn nt_byte_offset(pc: u64, base: u64, bucket_size: u32) -> u64 {
     (pc.wrapping_sub(base) >> (bucket_size - 2)) & !3
 }
 
-/// The create-time checks of spec section 3 that concern the range and the buffer, in the spec's order:
+/// The create-time checks of `docs/api.md` section 3 that concern the range and the buffer, in the spec's order:
 ///
 /// 1. `BufferSize == 0` → `STATUS_INVALID_PARAMETER_7`;
 /// 3. `BucketSize` outside `2..=31` → `STATUS_INVALID_PARAMETER`;

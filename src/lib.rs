@@ -12,7 +12,7 @@
 //!
 //! fn hot() -> u64 { (0..10_000_000u64).fold(0, |a, b| a ^ b.wrapping_mul(31)) }
 //!
-//! let base = hot as usize;
+//! let base = (hot as fn() -> u64) as usize;
 //! let profile = Profile::builder()
 //!     .range(base, 4096)      // [base, base + 4096)
 //!     .bucket_size(4)         // 16-byte buckets
@@ -25,10 +25,18 @@
 //! # Ok::<(), ntprofile::Error>(())
 //! ```
 //!
-//! From C: `include/ntprofile.h` and `libntprofile.so`. The contract is `../shared/spec/nt-profile-api.md`,
-//! the Linux mapping `../shared/spec/linux-mapping.md`.
+//! From C: `include/ntprofile.h` and `libntprofile.so` (`pkg/install.sh --prefix DIR` installs them with a
+//! pkg-config file; see the README).
+//!
+//! Two documents in the source tree are the reference: `docs/api.md` is the contract (every call, its checks in
+//! order with their statuses, the bucket rule, intervals, sources, the extensions) and `docs/linux-mapping.md`
+//! says how it maps onto Linux `perf_event`, with the deliberate divergences from Windows and why.
+//!
+//! Errors: every fallible call returns an [`Error`], which carries the [`NtStatus`] the C API returns for the
+//! same failure and a sentence saying which argument or check failed.
 #![deny(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
+#![doc(test(attr(deny(warnings))))]
 
 pub mod affinity;
 mod api;
@@ -54,3 +62,8 @@ pub use source::{
     register_raw_source,
 };
 pub use status::NtStatus;
+
+/// The README's Rust examples, compiled and run as doctests so that they stay correct and free of warnings.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -1,6 +1,6 @@
 //! Profile sources (`KPROFILE_SOURCE`): every NT value, the Intel HAL values, and the Linux extension range;
-//! the perf event behind each (`../shared/spec/linux-mapping.md` section 2), interval units, defaults and limits,
-//! and the per-source interval table shared by every profile of a source (spec section 6).
+//! the perf event behind each (`docs/linux-mapping.md`, "Sources and their perf events"), interval units, defaults and limits,
+//! and the per-source interval table shared by every profile of a source (`docs/api.md` section 6).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 

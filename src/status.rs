@@ -83,7 +83,7 @@ impl NtStatus {
 
     /// The status for an errno returned by `perf_event_open(2)`, `mmap(2)` or an ioctl on a perf event.
     ///
-    /// This is the one table the crate uses; see `../shared/spec/linux-mapping.md` section 4:
+    /// This is the one table the crate uses; see `docs/linux-mapping.md`, "Kernel behaviour the design rests on":
     /// ENOENT/EOPNOTSUPP/ENODEV → not supported; EACCES/EPERM → privilege not held; ESRCH → invalid handle;
     /// EMFILE/ENFILE/ENOMEM/ENOSPC → insufficient resources; EINVAL/E2BIG → invalid parameter.
     pub fn from_errno(errno: i32) -> NtStatus {

@@ -5,7 +5,7 @@
 //! A `CounterBuf` is a pointer and a length of 4-byte aligned, writable memory. For an owned buffer the memory
 //! lives as long as the `ProfileCore` that holds it (the consumer keeps an `Arc` to the core while the profile is
 //! published). For a borrowed buffer, the C caller must keep it valid until `NtStopProfile`/`NtClose` returns
-//! (the contract, `../shared/spec/linux-mapping.md` §3.7); it was probed writable and 4-byte aligned at create
+//! (the contract, `docs/linux-mapping.md`, "Deliberate divergences", item 7); it was probed writable and 4-byte aligned at create
 //! and again at start. Every increment is bounds-checked against the length: no write lands outside it.
 
 use std::sync::atomic::{AtomicU32, Ordering};
