@@ -24,6 +24,22 @@ enum AffinitySpec {
 }
 
 /// Builds a [`Profile`]: the range, the bucket size, the source and the processors.
+///
+/// ```
+/// use ntprofile::{Profile, ProfileSource};
+///
+/// let profile = Profile::builder()
+///     .range(0x40_0000, 0x1000) // [base, base + size)
+///     .bucket_size(4)           // 16-byte buckets: 256 counters
+///     .source(ProfileSource::Time)
+///     .cpus([0])                // or .affinity_mask(mask), .all_cpus()
+///     .build()?;
+/// assert_eq!(profile.counts().len(), 256);
+/// assert_eq!(profile.layout().base, 0x40_0000);
+/// assert_eq!(profile.bucket_range(1), (0x40_0010, 0x40_0020));
+/// assert_eq!(profile.source(), ProfileSource::Time);
+/// # Ok::<(), ntprofile::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct ProfileBuilder {
@@ -164,6 +180,28 @@ impl ProfileBuilder {
 ///
 /// Created stopped; counts accumulate across start/stop cycles until [`Profile::clear`]. Dropping a started
 /// profile stops it first.
+///
+/// ```no_run
+/// use ntprofile::{Profile, ProfileSource};
+///
+/// #[inline(never)]
+/// fn work() -> u64 {
+///     (0..50_000_000u64).fold(0, |a, b| std::hint::black_box(a ^ b.wrapping_mul(31)))
+/// }
+///
+/// let base = (work as fn() -> u64) as usize;
+/// let profile = Profile::builder().range(base, 4096).bucket_size(2).build()?;
+/// ntprofile::set_interval(ProfileSource::Time, 1000); // a sample every 100 µs of CPU time
+/// profile.start()?;
+/// assert!(profile.is_started());
+/// std::hint::black_box(work());
+/// profile.stop()?; // every sample taken before the stop is counted now
+/// let stats = profile.stats();
+/// let counts = profile.counts();
+/// assert_eq!(counts.iter().map(|&c| u64::from(c)).sum::<u64>(), stats.counted);
+/// profile.clear(); // zero the counters; counts otherwise accumulate over start/stop cycles
+/// # Ok::<(), ntprofile::Error>(())
+/// ```
 pub struct Profile {
     core: Arc<ProfileCore>,
 }
@@ -261,6 +299,16 @@ impl Drop for Profile {
 /// `NtSetIntervalProfile(Interval, Source)` — set a source's interval (shared by all its profiles), clamped into
 /// its limits and applied at once to running profiles. A value for an unsupported source is ignored. Returns
 /// the effective interval (0 for an unsupported source).
+///
+/// ```
+/// use ntprofile::{ProfileSource, query_interval, set_interval};
+///
+/// // A sample every 5000th context switch, for every profile of that source in this process.
+/// assert_eq!(set_interval(ProfileSource::ContextSwitches, 5000), 5000);
+/// assert_eq!(query_interval(ProfileSource::ContextSwitches), 5000);
+/// assert_eq!(set_interval(ProfileSource::ContextSwitches, 0), 1); // clamped into the limits
+/// assert_eq!(set_interval(ProfileSource::LoadInstructions, 5000), 0); // never supported on Linux
+/// ```
 #[doc(alias = "NtSetIntervalProfile")]
 pub fn set_interval(source: ProfileSource, interval: u32) -> u32 {
     if !source.support().is_supported() {
@@ -271,6 +319,13 @@ pub fn set_interval(source: ProfileSource, interval: u32) -> u32 {
 
 /// `NtQueryIntervalProfile(Source, &Interval)` — the effective interval of a source (after clamping), or 0 when
 /// the source is not supported on this machine.
+///
+/// ```
+/// use ntprofile::{ProfileSource, query_interval};
+///
+/// assert!(query_interval(ProfileSource::Time) >= ProfileSource::Time.min_interval());
+/// assert_eq!(query_interval(ProfileSource::LoadInstructions), 0);
+/// ```
 #[doc(alias = "NtQueryIntervalProfile")]
 pub fn query_interval(source: ProfileSource) -> u32 {
     if !source.support().is_supported() {
@@ -284,6 +339,16 @@ pub fn query_interval(source: ProfileSource) -> u32 {
 ///
 /// # Errors
 /// `STATUS_INVALID_PARAMETER` above 90 %, `STATUS_NOT_SUPPORTED` for a source not supported here.
+///
+/// ```
+/// use ntprofile::{NtStatus, ProfileSource, set_jitter};
+///
+/// set_jitter(ProfileSource::PageFaults, 20)?;
+/// assert_eq!(ntprofile::source::jitter_percent(ProfileSource::PageFaults), 20);
+/// set_jitter(ProfileSource::PageFaults, 0)?; // a fixed period again
+/// assert_eq!(set_jitter(ProfileSource::PageFaults, 91).unwrap_err(), NtStatus::INVALID_PARAMETER);
+/// # Ok::<(), ntprofile::Error>(())
+/// ```
 pub fn set_jitter(source: ProfileSource, percent: u32) -> Result<(), Error> {
     engine::set_jitter(source, percent)
         .map_err(|status| crate::error::jitter(status, source, percent))

@@ -6,6 +6,24 @@
 use std::fmt;
 
 /// An NT status code (`NTSTATUS`, a signed 32-bit value). Success values are `>= 0`.
+///
+/// ```
+/// use ntprofile::NtStatus;
+///
+/// let status = NtStatus::BUFFER_TOO_SMALL;
+/// assert_eq!(status.as_u32(), 0xC000_0023);
+/// assert!(!status.is_success());
+/// assert_eq!(status.name(), Some("STATUS_BUFFER_TOO_SMALL"));
+/// assert_eq!(status.to_string(), "STATUS_BUFFER_TOO_SMALL (0xC0000023)");
+/// assert_eq!(status.ok(), Err(status));
+/// assert_eq!(NtStatus::SUCCESS.ok(), Ok(()));
+/// // The one errno table: ENOENT from perf_event_open means the source is not supported here.
+/// assert_eq!(NtStatus::from_errno(libc::ENOENT), NtStatus::NOT_SUPPORTED);
+/// assert_eq!(
+///     NtStatus::from_io(&std::io::Error::from_raw_os_error(libc::EMFILE)),
+///     NtStatus::INSUFFICIENT_RESOURCES
+/// );
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(transparent)]
 pub struct NtStatus(pub i32);
