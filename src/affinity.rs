@@ -9,9 +9,37 @@ use crate::status::NtStatus;
 pub const GROUP_SIZE: usize = 64;
 
 /// A set of CPU numbers (a bitmap of 64-bit words, one word per processor group).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+///
+/// Equality and hashing are those of the set: trailing zero words (left by an intersection, say) do not matter.
+#[derive(Clone, Debug, Default)]
 pub struct CpuSet {
     words: Vec<u64>,
+}
+
+impl CpuSet {
+    /// The words up to the last non-zero one: the canonical form equality and hashing use.
+    fn significant(&self) -> &[u64] {
+        let n = self
+            .words
+            .iter()
+            .rposition(|w| *w != 0)
+            .map_or(0, |i| i + 1);
+        &self.words[..n]
+    }
+}
+
+impl PartialEq for CpuSet {
+    fn eq(&self, other: &CpuSet) -> bool {
+        self.significant() == other.significant()
+    }
+}
+
+impl Eq for CpuSet {}
+
+impl std::hash::Hash for CpuSet {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.significant().hash(state);
+    }
 }
 
 impl CpuSet {
@@ -121,8 +149,7 @@ pub fn parse_cpu_list(text: &str) -> Option<CpuSet> {
 
 /// The online CPUs now (read at each call: CPUs can go on- and offline).
 pub fn online_cpus() -> CpuSet {
-    std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .ok()
+    crate::perf::proc::online_cpu_list()
         .and_then(|t| parse_cpu_list(&t))
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| {
@@ -135,8 +162,7 @@ pub fn online_cpus() -> CpuSet {
 
 /// The processor group of the calling thread (the group of the CPU it runs on now).
 pub fn current_group() -> usize {
-    // sched_getcpu through nix: no unsafe here.
-    nix::sched::sched_getcpu()
+    crate::perf::sys::current_cpu()
         .map(|c| c / GROUP_SIZE)
         .unwrap_or(0)
 }
@@ -211,6 +237,50 @@ impl Affinity {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use std::hash::{BuildHasher, RandomState};
+
+    fn cpus() -> impl Strategy<Value = Vec<usize>> {
+        proptest::collection::vec(0usize..300, 0..12)
+    }
+
+    proptest! {
+        /// Sets with the same CPUs compare and hash equal however they were built (an intersection keeps
+        /// trailing zero words, a fresh set has none); sets with different CPUs compare unequal.
+        #[test]
+        fn equal_sets_compare_and_hash_equal(a in cpus(), b in cpus(), c in cpus()) {
+            let hasher = RandomState::new();
+            let direct = CpuSet::from_cpus(a.iter().copied().filter(|x| b.contains(x)));
+            let through_intersection = CpuSet::from_cpus(a.clone()).intersection(&CpuSet::from_cpus(b.clone()));
+            let wide = CpuSet::from_cpus(c.iter().map(|x| x + 320)).intersection(&CpuSet::new());
+            let widened = CpuSet::from_cpus(a.iter().copied().filter(|x| b.contains(x)))
+                .union(&wide);
+            for other in [&through_intersection, &widened] {
+                prop_assert_eq!(&direct, other);
+                prop_assert_eq!(hasher.hash_one(&direct), hasher.hash_one(other));
+            }
+            let extra = CpuSet::from_cpus(c.clone());
+            let same = c.iter().all(|x| a.contains(x) && b.contains(x))
+                && a.iter().filter(|x| b.contains(x)).all(|x| c.contains(x));
+            prop_assert_eq!(direct == extra, same);
+        }
+    }
+
+    #[test]
+    fn trailing_zero_words_do_not_matter() {
+        let wide = CpuSet::from_cpus([1, 200]).intersection(&CpuSet::from_cpus([1]));
+        assert_eq!(wide.words.len(), 1, "intersection keeps the shorter length");
+        let wide =
+            CpuSet::from_cpus([1]).union(&CpuSet::from_cpus([200]).intersection(&CpuSet::new()));
+        let mut grown = CpuSet::from_cpus([1]);
+        grown.insert(200);
+        grown.words[3] = 0;
+        assert_eq!(grown.words.len(), 4);
+        assert_eq!(grown, CpuSet::from_cpus([1]));
+        assert_eq!(wide, CpuSet::from_cpus([1]));
+        let h = RandomState::new();
+        assert_eq!(h.hash_one(&grown), h.hash_one(CpuSet::from_cpus([1])));
+    }
 
     #[test]
     fn cpu_lists() {

@@ -342,6 +342,7 @@ impl ProfileBuilder {
             .map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
         counters.resize_with(needed as usize, || AtomicU32::new(0));
         let storage = CounterStorage::Owned(counters.into_boxed_slice());
+        crate::fork::install();
         let core = ProfileCore::new(layout, source, target, affinity, storage);
         Ok(Profile {
             core: Arc::new(core),
@@ -382,7 +383,7 @@ impl Profile {
     /// started profiles), `STATUS_INSUFFICIENT_RESOURCES` (descriptors, ring memory), and the mapping of
     /// [`perf_event_open(2)`](https://man7.org/linux/man-pages/man2/perf_event_open.2.html) errors.
     pub fn start(&self) -> Result<(), Error> {
-        Ok(engine::start(&self.core)?)
+        Ok(self.core.start()?)
     }
 
     /// `NtStopProfile(ProfileHandle)` — stop sampling. A barrier: when it returns, every sample taken before the
@@ -392,12 +393,12 @@ impl Profile {
     /// # Errors
     /// `STATUS_PROFILING_NOT_STARTED` when the profile is not started.
     pub fn stop(&self) -> Result<(), Error> {
-        Ok(engine::stop(&self.core)?)
+        Ok(self.core.stop()?)
     }
 
     /// True while started.
     pub fn is_started(&self) -> bool {
-        engine::is_started(self.core.id)
+        self.core.is_started()
     }
 
     /// The counters now (every sample taken before the call is included).
@@ -442,7 +443,7 @@ impl Profile {
 impl Drop for Profile {
     fn drop(&mut self) {
         if self.is_started() {
-            let _ = engine::stop(&self.core);
+            let _ = self.core.stop();
         }
     }
 }

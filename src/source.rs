@@ -1,9 +1,18 @@
 //! Profile sources (`KPROFILE_SOURCE`): every NT value, the Intel HAL values, and the Linux extension range;
 //! the perf event behind each (`../shared/spec/linux-mapping.md` section 2), interval units, defaults and limits,
 //! and the per-source interval table shared by every profile of a source (spec section 6).
+//!
+//! Longer than the other modules (about 570 lines of code, then its tests) for one reason: the source table is
+//! one declarative list of every NT and Linux source with its documentation and perf event, and the interval,
+//! jitter and support tables, the raw-event registry and the listing all index the same slots; split apart,
+//! each part would have to re-derive the slot layout.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use nix::errno::Errno;
+
+pub use crate::perf::PerfEventSpec;
+use crate::perf::event::abi;
 use crate::status::NtStatus;
 
 /// First value of the Linux extension range (sources NT does not have).
@@ -12,8 +21,6 @@ pub const EXTENSION_BASE: u32 = 0x1_0000;
 pub const REGISTERED_BASE: u32 = 0x2_0000;
 /// How many raw sources a process may register.
 pub const MAX_REGISTERED: usize = 64;
-/// `PERF_TYPE_TRACEPOINT`.
-const PERF_TYPE_TRACEPOINT: u32 = 2;
 
 macro_rules! sources {
     ($($(#[$doc:meta])* $variant:ident = $value:expr, $name:expr;)*) => {
@@ -142,26 +149,6 @@ sources! {
     AlignmentFaults = EXTENSION_BASE + 6, "alignment-faults";
 }
 
-/// `perf_event_attr.type` values used here (`perf_event_open(2)`).
-const PERF_TYPE_HARDWARE: u32 = 0;
-const PERF_TYPE_SOFTWARE: u32 = 1;
-const PERF_TYPE_HW_CACHE: u32 = 3;
-
-/// The perf event behind a source: `perf_event_attr` `type`, `config`, `config1`, `config2`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct PerfEventSpec {
-    /// `perf_event_attr.type`.
-    pub type_: u32,
-    /// `perf_event_attr.config`.
-    pub config: u64,
-    /// `perf_event_attr.config1`.
-    pub config1: u64,
-    /// `perf_event_attr.config2`.
-    pub config2: u64,
-    /// The perf tool's name for the event (`cpu-clock`, `cycles`, `L1-dcache-load-misses`, ...).
-    pub name: &'static str,
-}
-
 const fn ev(type_: u32, config: u64, name: &'static str) -> Option<PerfEventSpec> {
     Some(PerfEventSpec {
         type_,
@@ -172,9 +159,13 @@ const fn ev(type_: u32, config: u64, name: &'static str) -> Option<PerfEventSpec
     })
 }
 
+/// A cache read event (`PERF_COUNT_HW_CACHE_OP_READ`) of `cache` with `result` (access or miss).
 const fn hw_cache(cache: u64, result: u64, name: &'static str) -> Option<PerfEventSpec> {
-    // config = cache id | (op READ = 0) << 8 | result << 16
-    ev(PERF_TYPE_HW_CACHE, cache | (result << 16), name)
+    ev(
+        abi::TYPE_HW_CACHE,
+        abi::hw_cache_config(cache, abi::CACHE_OP_READ, result),
+        name,
+    )
 }
 
 /// What a source's interval counts.
@@ -217,31 +208,65 @@ impl ProfileSource {
         use ProfileSource::*;
         match self {
             Registered(n) => registered(n),
-            Time => ev(PERF_TYPE_SOFTWARE, 0, "cpu-clock"),
-            AlignmentFixup | AlignmentFaults => ev(PERF_TYPE_SOFTWARE, 7, "alignment-faults"),
-            TotalIssues | InstructionRetired => ev(PERF_TYPE_HARDWARE, 1, "instructions"),
-            TotalCycles | UnhaltedCoreCycles => ev(PERF_TYPE_HARDWARE, 0, "cpu-cycles"),
-            UnhaltedReferenceCycles => ev(PERF_TYPE_HARDWARE, 9, "ref-cycles"),
-            BranchInstructions | BranchInstructionRetired => {
-                ev(PERF_TYPE_HARDWARE, 4, "branch-instructions")
+            Time => ev(abi::TYPE_SOFTWARE, abi::SW_CPU_CLOCK, "cpu-clock"),
+            AlignmentFixup | AlignmentFaults => ev(
+                abi::TYPE_SOFTWARE,
+                abi::SW_ALIGNMENT_FAULTS,
+                "alignment-faults",
+            ),
+            TotalIssues | InstructionRetired => {
+                ev(abi::TYPE_HARDWARE, abi::HW_INSTRUCTIONS, "instructions")
             }
+            TotalCycles | UnhaltedCoreCycles => {
+                ev(abi::TYPE_HARDWARE, abi::HW_CPU_CYCLES, "cpu-cycles")
+            }
+            UnhaltedReferenceCycles => ev(abi::TYPE_HARDWARE, abi::HW_REF_CPU_CYCLES, "ref-cycles"),
+            BranchInstructions | BranchInstructionRetired => ev(
+                abi::TYPE_HARDWARE,
+                abi::HW_BRANCH_INSTRUCTIONS,
+                "branch-instructions",
+            ),
             BranchMispredictions | BranchMispredictsRetired => {
-                ev(PERF_TYPE_HARDWARE, 5, "branch-misses")
+                ev(abi::TYPE_HARDWARE, abi::HW_BRANCH_MISSES, "branch-misses")
             }
-            CacheMisses | LlcMisses => ev(PERF_TYPE_HARDWARE, 3, "cache-misses"),
-            LlcReference => ev(PERF_TYPE_HARDWARE, 2, "cache-references"),
-            DcacheMisses => hw_cache(0, 1, "L1-dcache-load-misses"),
-            DcacheAccesses => hw_cache(0, 0, "L1-dcache-loads"),
-            IcacheMisses => hw_cache(1, 1, "L1-icache-load-misses"),
-            IcacheIssues => hw_cache(1, 0, "L1-icache-loads"),
-            PipelineDry => ev(PERF_TYPE_HARDWARE, 7, "stalled-cycles-frontend"),
-            PipelineFrozen => ev(PERF_TYPE_HARDWARE, 8, "stalled-cycles-backend"),
-            TaskClock => ev(PERF_TYPE_SOFTWARE, 1, "task-clock"),
-            PageFaults => ev(PERF_TYPE_SOFTWARE, 2, "page-faults"),
-            ContextSwitches => ev(PERF_TYPE_SOFTWARE, 3, "context-switches"),
-            CpuMigrations => ev(PERF_TYPE_SOFTWARE, 4, "cpu-migrations"),
-            MinorFaults => ev(PERF_TYPE_SOFTWARE, 5, "minor-faults"),
-            MajorFaults => ev(PERF_TYPE_SOFTWARE, 6, "major-faults"),
+            CacheMisses | LlcMisses => ev(abi::TYPE_HARDWARE, abi::HW_CACHE_MISSES, "cache-misses"),
+            LlcReference => ev(
+                abi::TYPE_HARDWARE,
+                abi::HW_CACHE_REFERENCES,
+                "cache-references",
+            ),
+            DcacheMisses => hw_cache(
+                abi::CACHE_L1D,
+                abi::CACHE_RESULT_MISS,
+                "L1-dcache-load-misses",
+            ),
+            DcacheAccesses => hw_cache(abi::CACHE_L1D, abi::CACHE_RESULT_ACCESS, "L1-dcache-loads"),
+            IcacheMisses => hw_cache(
+                abi::CACHE_L1I,
+                abi::CACHE_RESULT_MISS,
+                "L1-icache-load-misses",
+            ),
+            IcacheIssues => hw_cache(abi::CACHE_L1I, abi::CACHE_RESULT_ACCESS, "L1-icache-loads"),
+            PipelineDry => ev(
+                abi::TYPE_HARDWARE,
+                abi::HW_STALLED_CYCLES_FRONTEND,
+                "stalled-cycles-frontend",
+            ),
+            PipelineFrozen => ev(
+                abi::TYPE_HARDWARE,
+                abi::HW_STALLED_CYCLES_BACKEND,
+                "stalled-cycles-backend",
+            ),
+            TaskClock => ev(abi::TYPE_SOFTWARE, abi::SW_TASK_CLOCK, "task-clock"),
+            PageFaults => ev(abi::TYPE_SOFTWARE, abi::SW_PAGE_FAULTS, "page-faults"),
+            ContextSwitches => ev(
+                abi::TYPE_SOFTWARE,
+                abi::SW_CONTEXT_SWITCHES,
+                "context-switches",
+            ),
+            CpuMigrations => ev(abi::TYPE_SOFTWARE, abi::SW_CPU_MIGRATIONS, "cpu-migrations"),
+            MinorFaults => ev(abi::TYPE_SOFTWARE, abi::SW_PAGE_FAULTS_MIN, "minor-faults"),
+            MajorFaults => ev(abi::TYPE_SOFTWARE, abi::SW_PAGE_FAULTS_MAJ, "major-faults"),
             LoadInstructions | TotalNonissues | StoreInstructions | FpInstructions
             | IntegerInstructions | Issue2 | Issue3 | Issue4 | SpecialInstructions
             | MemoryBarrierCycles | LoadLinkedIssues => None,
@@ -261,9 +286,9 @@ impl ProfileSource {
     pub fn is_hardware(self) -> bool {
         match self.perf_event() {
             Some(e) if matches!(self, ProfileSource::Registered(_)) => {
-                e.type_ != PERF_TYPE_SOFTWARE && e.type_ != PERF_TYPE_TRACEPOINT
+                !e.is_software_or_tracepoint()
             }
-            Some(e) => e.type_ == PERF_TYPE_HARDWARE || e.type_ == PERF_TYPE_HW_CACHE,
+            Some(e) => e.is_generic_hardware(),
             None => true,
         }
     }
@@ -351,11 +376,7 @@ impl ProfileSource {
 }
 
 fn read_max_sample_rate() -> Option<u64> {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    crate::perf::proc::perf_event_max_sample_rate()
 }
 
 /// The per-source interval table of this process: what `NtSetIntervalProfile` stored (0 = never set: the
@@ -417,7 +438,7 @@ pub enum Support {
     /// Linux has no generic perf event for it.
     NoPerfEvent,
     /// Opening its event failed with this errno (ENOENT: no such event or PMU on this machine).
-    OpenFailed(i32),
+    OpenFailed(Errno),
 }
 
 impl Support {
@@ -433,13 +454,16 @@ impl Support {
             Support::NoPerfEvent => "no generic perf event for this source".to_string(),
             Support::OpenFailed(errno) => {
                 let what = match errno {
-                    libc::ENOENT => "the event does not exist on this machine (no PMU)",
-                    libc::EOPNOTSUPP => "sampling not supported by this PMU",
-                    libc::ENODEV => "no such device",
-                    libc::EACCES | libc::EPERM => "not permitted",
+                    Errno::ENOENT => "the event does not exist on this machine (no PMU)",
+                    Errno::EOPNOTSUPP => "sampling not supported by this PMU",
+                    Errno::ENODEV => "no such device",
+                    Errno::EACCES | Errno::EPERM => "not permitted",
                     _ => "perf_event_open failed",
                 };
-                format!("{what} ({})", std::io::Error::from_raw_os_error(errno))
+                format!(
+                    "{what} ({})",
+                    std::io::Error::from_raw_os_error(errno as i32)
+                )
             }
         }
     }

@@ -131,6 +131,13 @@ impl fmt::Display for NtStatus {
 
 impl std::error::Error for NtStatus {}
 
+/// The same table as [`NtStatus::from_errno`], for the kernel errors the `perf` layer returns.
+impl From<nix::errno::Errno> for NtStatus {
+    fn from(errno: nix::errno::Errno) -> NtStatus {
+        NtStatus::from_errno(errno as i32)
+    }
+}
+
 impl From<NtStatus> for i32 {
     fn from(s: NtStatus) -> i32 {
         s.0
