@@ -16,9 +16,9 @@
 //! load it pairs with.
 
 pub mod event;
-pub mod proc;
 /// This process's loaded objects from the dynamic loader (`dl_iterate_phdr`), for the module listing.
 pub(crate) mod loader;
+pub mod proc;
 pub mod ring;
 pub mod sys;
 
