@@ -6,6 +6,8 @@
 //! ([`ProfileBuilder::group_affinity`], `NtCreateProfileEx`). The checks, their order and their statuses are the
 //! C API's: both call the same functions.
 
+mod details;
+
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 
@@ -44,6 +46,22 @@ enum TargetSpec {
 }
 
 /// Builds a [`Profile`]: the range, the bucket size, the source and the processors.
+///
+/// ```
+/// use ntprofile::{Profile, ProfileSource};
+///
+/// let profile = Profile::builder()
+///     .range(0x40_0000, 0x1000) // [base, base + size)
+///     .bucket_size(4)           // 16-byte buckets: 256 counters
+///     .source(ProfileSource::Time)
+///     .cpus([0])                // or .affinity_mask(mask), .all_cpus()
+///     .build()?;
+/// assert_eq!(profile.counts().len(), 256);
+/// assert_eq!(profile.layout().base, 0x40_0000);
+/// assert_eq!(profile.bucket_range(1), (0x40_0010, 0x40_0020));
+/// assert_eq!(profile.source(), ProfileSource::Time);
+/// # Ok::<(), ntprofile::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct ProfileBuilder {
@@ -263,25 +281,35 @@ impl ProfileBuilder {
         }
         let needed = crate::buckets::counters_needed(self.size, self.bucket_size).max(1);
         // The buffer must fit a ULONG BufferSize, as the C API's.
-        let buffer_size =
-            u32::try_from(needed * 4).map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
+        let buffer_size = needed
+            .checked_mul(4)
+            .and_then(|bytes| u32::try_from(bytes).ok())
+            .ok_or_else(|| details::counters(NtStatus::INSUFFICIENT_RESOURCES, needed, false))?;
         let (layout, source) = check_front(
             self.base,
             self.size,
             self.bucket_size,
             buffer_size,
             self.source.to_raw(),
-        )?;
+        )
+        .map_err(|status| {
+            details::create_front(
+                status,
+                self.base,
+                self.size,
+                self.bucket_size,
+                buffer_size,
+                self.source,
+            )
+        })?;
         let online = online_cpus();
         let affinity = match self.affinity {
-            AffinitySpec::Mask(m) => Affinity::from_kaffinity(m, current_group(), &online)?,
+            AffinitySpec::Mask(m) => Affinity::from_kaffinity(m, current_group(), &online)
+                .map_err(|status| details::affinity_mask(status, m, current_group(), &online))?,
             AffinitySpec::AllActive => Affinity::AllActive,
             AffinitySpec::Cpus(set) => {
                 if set.is_empty() || !set.is_subset(&online) {
-                    return Err(Error::new(
-                        NtStatus::INVALID_PARAMETER,
-                        "a CPU is offline or the set is empty",
-                    ));
+                    return Err(details::cpus(&set, &online));
                 }
                 Affinity::Cpus(set)
             }
@@ -339,7 +367,7 @@ impl ProfileBuilder {
         let mut counters: Vec<AtomicU32> = Vec::new();
         counters
             .try_reserve_exact(needed as usize)
-            .map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
+            .map_err(|_| details::counters(NtStatus::INSUFFICIENT_RESOURCES, needed, true))?;
         counters.resize_with(needed as usize, || AtomicU32::new(0));
         let storage = CounterStorage::Owned(counters.into_boxed_slice());
         crate::fork::install();
@@ -354,6 +382,28 @@ impl ProfileBuilder {
 ///
 /// Created stopped; counts accumulate across start/stop cycles until [`Profile::clear`]. Dropping a started
 /// profile stops it first.
+///
+/// ```no_run
+/// use ntprofile::{Profile, ProfileSource};
+///
+/// #[inline(never)]
+/// fn work() -> u64 {
+///     (0..50_000_000u64).fold(0, |a, b| std::hint::black_box(a ^ b.wrapping_mul(31)))
+/// }
+///
+/// let base = (work as fn() -> u64) as usize;
+/// let profile = Profile::builder().range(base, 4096).bucket_size(2).build()?;
+/// ntprofile::set_interval(ProfileSource::Time, 1000); // a sample every 100 µs of CPU time
+/// profile.start()?;
+/// assert!(profile.is_started());
+/// std::hint::black_box(work());
+/// profile.stop()?; // every sample taken before the stop is counted now
+/// let stats = profile.stats();
+/// let counts = profile.counts();
+/// assert_eq!(counts.iter().map(|&c| u64::from(c)).sum::<u64>(), stats.counted);
+/// profile.clear(); // zero the counters; counts otherwise accumulate over start/stop cycles
+/// # Ok::<(), ntprofile::Error>(())
+/// ```
 pub struct Profile {
     core: Arc<ProfileCore>,
 }
@@ -383,7 +433,9 @@ impl Profile {
     /// started profiles), `STATUS_INSUFFICIENT_RESOURCES` (descriptors, ring memory), and the mapping of
     /// [`perf_event_open(2)`](https://man7.org/linux/man-pages/man2/perf_event_open.2.html) errors.
     pub fn start(&self) -> Result<(), Error> {
-        Ok(self.core.start()?)
+        self.core
+            .start()
+            .map_err(|status| details::start(status, self.core.source, &self.core.target))
     }
 
     /// `NtStopProfile(ProfileHandle)` — stop sampling. A barrier: when it returns, every sample taken before the
@@ -393,7 +445,7 @@ impl Profile {
     /// # Errors
     /// `STATUS_PROFILING_NOT_STARTED` when the profile is not started.
     pub fn stop(&self) -> Result<(), Error> {
-        Ok(self.core.stop()?)
+        self.core.stop().map_err(details::stop)
     }
 
     /// True while started.
@@ -452,6 +504,16 @@ impl Drop for Profile {
 /// its limits and applied at once to running profiles. A value for an unsupported source is ignored. Returns
 /// the effective interval (0 for an unsupported source). While support cannot be probed (no free descriptor:
 /// [`crate::Support::is_transient`]) the value is stored all the same.
+///
+/// ```
+/// use ntprofile::{ProfileSource, query_interval, set_interval};
+///
+/// // A sample every 5000th context switch, for every profile of that source in this process.
+/// assert_eq!(set_interval(ProfileSource::ContextSwitches, 5000), 5000);
+/// assert_eq!(query_interval(ProfileSource::ContextSwitches), 5000);
+/// assert_eq!(set_interval(ProfileSource::ContextSwitches, 0), 1); // clamped into the limits
+/// assert_eq!(set_interval(ProfileSource::LoadInstructions, 5000), 0); // never supported on Linux
+/// ```
 #[doc(alias = "NtSetIntervalProfile")]
 pub fn set_interval(source: ProfileSource, interval: u32) -> u32 {
     let support = source.support();
@@ -464,6 +526,13 @@ pub fn set_interval(source: ProfileSource, interval: u32) -> u32 {
 /// `NtQueryIntervalProfile(Source, &Interval)` — the effective interval of a source (after clamping), or 0 when
 /// the source is not supported on this machine — or, for that one call, when support cannot be probed (no free
 /// descriptor; nothing is cached then, and the C export answers `STATUS_INSUFFICIENT_RESOURCES`).
+///
+/// ```
+/// use ntprofile::{ProfileSource, query_interval};
+///
+/// assert!(query_interval(ProfileSource::Time) >= ProfileSource::Time.min_interval());
+/// assert_eq!(query_interval(ProfileSource::LoadInstructions), 0);
+/// ```
 #[doc(alias = "NtQueryIntervalProfile")]
 pub fn query_interval(source: ProfileSource) -> u32 {
     if !source.support().is_supported() {
@@ -477,8 +546,18 @@ pub fn query_interval(source: ProfileSource) -> u32 {
 ///
 /// # Errors
 /// `STATUS_INVALID_PARAMETER` above 90 %, `STATUS_NOT_SUPPORTED` for a source not supported here.
+///
+/// ```
+/// use ntprofile::{NtStatus, ProfileSource, set_jitter};
+///
+/// set_jitter(ProfileSource::PageFaults, 20)?;
+/// assert_eq!(ntprofile::source::jitter_percent(ProfileSource::PageFaults), 20);
+/// set_jitter(ProfileSource::PageFaults, 0)?; // a fixed period again
+/// assert_eq!(set_jitter(ProfileSource::PageFaults, 91).unwrap_err(), NtStatus::INVALID_PARAMETER);
+/// # Ok::<(), ntprofile::Error>(())
+/// ```
 pub fn set_jitter(source: ProfileSource, percent: u32) -> Result<(), Error> {
-    Ok(engine::set_jitter(source, percent)?)
+    engine::set_jitter(source, percent).map_err(|status| details::jitter(status, source, percent))
 }
 
 /// Another process opened for profiling, as `NtOpenProcess` opens it: named by a pidfd, so that a pid recycled

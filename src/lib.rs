@@ -31,8 +31,15 @@
 //! [`ProfileBuilder::global`] (every process), kernel ranges ([`kernel_modules`]), processors as
 //! [`GroupAffinity`] records; and what to profile: [`modules`], [`find_module`], [`find_function`].
 //!
-//! From C: `include/ntprofile.h` and `libntprofile.so`. The contract is `../shared/spec/nt-profile-api.md`,
-//! the Linux mapping `../shared/spec/linux-mapping.md`.
+//! From C: `include/ntprofile.h` and `libntprofile.so` (`pkg/install.sh --prefix DIR` installs them with a
+//! pkg-config file; see the README).
+//!
+//! Two documents in the source tree are the reference: `docs/api.md` is the contract (every call, its checks in
+//! order with their statuses, the bucket rule, intervals, sources, the extensions) and `docs/linux-mapping.md`
+//! says how it maps onto Linux `perf_event`, with the deliberate divergences from Windows and why.
+//!
+//! Errors: every fallible call returns an [`Error`], which carries the [`NtStatus`] the C API returns for the
+//! same failure and a sentence saying which argument or check failed.
 //!
 //! The modules form layers that import only downward (`tests/layers.rs` checks it): `perf` at the bottom, the
 //! only kernel-facing code, which knows no NT type and returns the kernel's errno; `status`, `buckets` and
@@ -46,7 +53,8 @@
     clippy::undocumented_unsafe_blocks,
     clippy::multiple_unsafe_ops_per_block
 )]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
+#![doc(test(attr(deny(warnings))))]
 
 pub mod affinity;
 mod api;
@@ -63,6 +71,7 @@ mod perf;
 pub mod profile;
 pub mod source;
 pub mod status;
+mod status_message;
 pub mod target;
 
 pub use affinity::{Affinity, CpuSet};
@@ -81,3 +90,8 @@ pub use source::{
     register_raw_source,
 };
 pub use status::NtStatus;
+
+/// The README's Rust examples, compiled and run as doctests so that they stay correct and free of warnings.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -72,7 +72,7 @@ impl ProfileCore {
     }
 }
 
-/// Checks 1 to 6 of spec section 3, in order: buffer size, bucket size, buffer sufficiency, overflow, then the
+/// Checks 1 to 6 of `docs/api.md` section 3, in order: buffer size, bucket size, buffer sufficiency, overflow, then the
 /// source (unknown values, and sources whose event does not open here, are `STATUS_NOT_SUPPORTED`).
 pub(crate) fn check_front(
     base: u64,
@@ -88,7 +88,7 @@ pub(crate) fn check_front(
 }
 
 /// Check 9 for a range that reaches kernel addresses: sampling the kernel needs CAP_PERFMON (or CAP_SYS_ADMIN)
-/// or `perf_event_paranoid <= 1` (the Linux mapping, section 3.2).
+/// or `perf_event_paranoid <= 1` (`docs/linux-mapping.md`, "Deliberate divergences", item 2).
 pub(crate) fn check_kernel_privilege(layout: &BucketLayout) -> Result<(), NtStatus> {
     let wants_kernel = layout.size > 0 && layout.end() > KERNEL_SPACE_START;
     if wants_kernel && !crate::target::may_sample_kernel() {

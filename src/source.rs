@@ -1,6 +1,6 @@
 //! Profile sources (`KPROFILE_SOURCE`): every NT value, the Intel HAL values, and the Linux extension range;
-//! the perf event behind each (`../shared/spec/linux-mapping.md` section 2), interval units, defaults and limits,
-//! and the per-source interval table shared by every profile of a source (spec section 6).
+//! the perf event behind each (`docs/linux-mapping.md`, "Sources and their perf events"), interval units, defaults and limits,
+//! and the per-source interval table shared by every profile of a source (`docs/api.md` section 6).
 //!
 //! Longer than the other modules (about 570 lines of code, then its tests) for one reason: the source table is
 //! one declarative list of every NT and Linux source with its documentation and perf event, and the interval,
@@ -16,16 +16,43 @@ use crate::perf::event::abi;
 use crate::status::NtStatus;
 
 /// First value of the Linux extension range (sources NT does not have).
+///
+/// ```
+/// use ntprofile::ProfileSource;
+/// assert_eq!(ProfileSource::TaskClock.to_raw(), ntprofile::source::EXTENSION_BASE);
+/// ```
 pub const EXTENSION_BASE: u32 = 0x1_0000;
 /// First value of the raw perf events registered at run time.
+///
+/// ```
+/// // PERF_TYPE_SOFTWARE (1), PERF_COUNT_SW_DUMMY (9): a registered source gets a value from REGISTERED_BASE on.
+/// let source = ntprofile::register_raw_source(1, 9, 0, 0)?;
+/// assert!(source.to_raw() >= ntprofile::source::REGISTERED_BASE);
+/// # Ok::<(), ntprofile::NtStatus>(())
+/// ```
 pub const REGISTERED_BASE: u32 = 0x2_0000;
 /// How many raw sources a process may register.
+///
+/// ```
+/// assert_eq!(ntprofile::source::MAX_REGISTERED, 64);
+/// ```
 pub const MAX_REGISTERED: usize = 64;
 
 macro_rules! sources {
     ($($(#[$doc:meta])* $variant:ident = $value:expr, $name:expr;)*) => {
         /// A profile source: what makes a sample. NT's `KPROFILE_SOURCE` values keep their numbers; Linux-only
         /// sources live above `0xFFFF`.
+        ///
+        /// ```
+        /// use ntprofile::ProfileSource;
+        ///
+        /// assert_eq!(ProfileSource::Time.to_raw(), 0x00);
+        /// assert_eq!(ProfileSource::from_raw(0x13), Some(ProfileSource::TotalCycles));
+        /// assert_eq!(ProfileSource::from_raw(0x18), None); // ProfileMaximum is a count
+        /// assert_eq!(ProfileSource::Time.name(), "Timer");
+        /// assert_eq!(ProfileSource::TaskClock.to_raw(), 0x10000);
+        /// assert!(ProfileSource::ALL.contains(&ProfileSource::PageFaults));
+        /// ```
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[non_exhaustive]
         pub enum ProfileSource {
@@ -169,6 +196,15 @@ const fn hw_cache(cache: u64, result: u64, name: &'static str) -> Option<PerfEve
 }
 
 /// What a source's interval counts.
+///
+/// ```
+/// use ntprofile::{IntervalUnit, ProfileSource};
+///
+/// assert_eq!(ProfileSource::Time.interval_unit(), IntervalUnit::Time100ns);
+/// assert_eq!(ProfileSource::PageFaults.interval_unit(), IntervalUnit::Events);
+/// // ProfileTime's interval 1000 is a period of 100 µs.
+/// assert_eq!(ProfileSource::Time.period_for(1000), 100_000);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IntervalUnit {
     /// 100 ns units of time (ProfileTime, task-clock): the perf period is `interval × 100` ns.
@@ -179,6 +215,16 @@ pub enum IntervalUnit {
 
 /// Limits of a source's interval. The timer's minimum also depends on the kernel at run time
 /// (see [`ProfileSource::min_interval`]).
+///
+/// ```
+/// use ntprofile::ProfileSource;
+///
+/// let limits = ProfileSource::TotalCycles.limits();
+/// assert_eq!((limits.default, limits.min), (65_536, 4_096));
+/// // Requests are clamped into the limits.
+/// assert_eq!(ProfileSource::TotalCycles.clamp_interval(10), 4_096);
+/// assert!(ProfileSource::Time.min_interval() >= ntprofile::source::TIME_KERNEL_FLOOR);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IntervalLimits {
     /// The interval a source starts with.
@@ -431,6 +477,18 @@ pub(crate) fn store_interval(source: ProfileSource, interval: u32) -> u32 {
 }
 
 /// Why a source is or is not supported on this machine.
+///
+/// ```
+/// use ntprofile::{NtStatus, ProfileSource, Support};
+///
+/// // Linux has no generic event for load instructions: never supported.
+/// assert_eq!(ProfileSource::LoadInstructions.support(), Support::NoPerfEvent);
+/// assert_eq!(Support::NoPerfEvent.status(), NtStatus::NOT_SUPPORTED);
+/// // The timer is a software event: supported wherever perf_event_open is allowed.
+/// let timer = ProfileSource::Time.support();
+/// println!("ProfileTime: {}", timer.reason());
+/// assert_eq!(timer.is_supported(), timer.status() == NtStatus::SUCCESS);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Support {
     /// Its event opens here.
@@ -557,6 +615,16 @@ fn registered(n: u16) -> Option<PerfEventSpec> {
 ///
 /// # Errors
 /// `STATUS_INSUFFICIENT_RESOURCES` past [`MAX_REGISTERED`] registrations.
+///
+/// ```
+/// use ntprofile::{IntervalUnit, register_raw_source};
+///
+/// // PERF_TYPE_SOFTWARE (1), PERF_COUNT_SW_PAGE_FAULTS_MIN (5): minor page faults as a source.
+/// let minor = register_raw_source(1, 5, 0, 0)?;
+/// assert_eq!(register_raw_source(1, 5, 0, 0)?, minor); // the same event, the same source
+/// assert_eq!(minor.interval_unit(), IntervalUnit::Events);
+/// # Ok::<(), ntprofile::NtStatus>(())
+/// ```
 pub fn register_raw_source(
     type_: u32,
     config: u64,
@@ -591,6 +659,14 @@ pub fn register_raw_source(
 }
 
 /// One line of the source listing, in the spirit of Windows' `PROFILE_SOURCE_INFO`.
+///
+/// ```
+/// use ntprofile::{ProfileSource, list_sources};
+///
+/// let timer = list_sources().into_iter().find(|s| s.source == ProfileSource::Time).unwrap();
+/// assert_eq!(timer.name, "Timer");
+/// assert!(timer.min_interval <= timer.max_interval);
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SourceInfo {
     /// The source.
@@ -614,6 +690,12 @@ pub struct SourceInfo {
 }
 
 /// Every source: the built-in ones in value order, then the registered raw events.
+///
+/// ```
+/// for info in ntprofile::list_sources() {
+///     println!("{:#07x} {:<24} {}", info.source.to_raw(), info.name, info.support.reason());
+/// }
+/// ```
 pub fn list_sources() -> Vec<SourceInfo> {
     let registered = (0..registered_count()).map(|n| ProfileSource::Registered(n as u16));
     ProfileSource::ALL

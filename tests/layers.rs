@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 /// handles; `api` and `ffi` are the two APIs on top.
 const LAYERS: &[&[&str]] = &[
     &["perf"],
-    &["status", "buckets", "error"],
+    &["status", "status_message", "buckets", "error"],
     &["source", "affinity", "target", "modules"],
     &["engine"],
     &["profile"],

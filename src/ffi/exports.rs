@@ -602,6 +602,16 @@ pub extern "C" fn NtprofileFindFunction(
     })
 }
 
+/// `NtprofileStatusMessage` — what a status means: a static NUL-terminated sentence that starts with the
+/// status's NT name (the text the Rust API's errors use). A value the library does not define gets a generic
+/// text for its severity; never NULL. The caller must not free or modify it.
+#[unsafe(no_mangle)]
+pub extern "C" fn NtprofileStatusMessage(status: i32) -> *const std::ffi::c_char {
+    catch_unwind(|| NtStatus(status).message_cstr())
+        .unwrap_or(c"STATUS_INTERNAL_ERROR: the status text could not be produced")
+        .as_ptr()
+}
+
 macro_rules! zw_aliases {
     ($($zw:ident => $nt:ident ( $($arg:ident : $ty:ty),* );)*) => {$(
         #[doc = concat!("`", stringify!($zw), "`: the same as [`", stringify!($nt), "`].")]
