@@ -54,10 +54,11 @@ pub struct ProfileArgs {
     #[arg(short = 's', long = "source", value_name = "SOURCE", value_delimiter = ',',
           value_parser = parse_source_arg, default_value = "Timer")]
     pub sources: Vec<ProfileSource>,
-    /// The sources' interval (NtSetIntervalProfile): 100 ns units for time sources (10000 = 1 ms), events
-    /// between samples otherwise; clamped into each source's limits. Default: the source's default.
-    #[arg(short = 'i', long, value_name = "INTERVAL")]
-    pub interval: Option<u32>,
+    /// The interval (NtSetIntervalProfile): 100 ns units for time sources (10000 = 1 ms), events between
+    /// samples otherwise; clamped into each source's limits. N applies to every source; SOURCE=N to one
+    /// (repeatable: --interval 1000 --interval page-faults=16). Default: the source's default.
+    #[arg(short = 'i', long = "interval", value_name = "[SOURCE=]N", value_parser = parse_interval_arg)]
+    pub intervals: Vec<IntervalArg>,
     /// BucketSize: log2 of the bucket size in bytes, 2 (4-byte buckets) ..= 31.
     #[arg(short = 'b', long, value_name = "LOG2", default_value_t = 4,
           value_parser = clap::value_parser!(u32).range(2..=31))]
@@ -180,6 +181,48 @@ pub fn parse_source(s: &str) -> Option<ProfileSource> {
     })
 }
 
+/// One `--interval` value: for every source, or for the named one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntervalArg {
+    /// The source it is for; `None`: every source without an interval of its own.
+    pub source: Option<ProfileSource>,
+    /// The interval.
+    pub value: u32,
+}
+
+impl ProfileArgs {
+    /// The interval asked for `source`: its own `SOURCE=N`, else a bare `N`, else none (the source's default).
+    pub fn interval_for(&self, source: ProfileSource) -> Option<u32> {
+        let own = self
+            .intervals
+            .iter()
+            .rev()
+            .find(|i| i.source == Some(source));
+        let all = self.intervals.iter().rev().find(|i| i.source.is_none());
+        own.or(all).map(|i| i.value)
+    }
+
+    /// An `--interval SOURCE=N` whose source is not among `--source`, if any (a usage error).
+    pub fn interval_for_unused_source(&self) -> Option<ProfileSource> {
+        self.intervals
+            .iter()
+            .filter_map(|i| i.source)
+            .find(|s| !self.sources.contains(s))
+    }
+}
+
+fn parse_interval_arg(s: &str) -> Result<IntervalArg, String> {
+    let (source, value) = match s.rsplit_once(['=', ':']) {
+        Some((name, value)) => (Some(parse_source_arg(name.trim())?), value),
+        None => (None, s),
+    };
+    let value = value
+        .trim()
+        .parse::<u32>()
+        .map_err(|_| format!("'{value}' is not an interval (a whole number, 0 ..= 4294967295)"))?;
+    Ok(IntervalArg { source, value })
+}
+
 fn parse_source_arg(s: &str) -> Result<ProfileSource, String> {
     parse_source(s)
         .ok_or_else(|| format!("unknown source '{s}' (see 'ntprof sources' for the list)"))
@@ -289,7 +332,13 @@ mod tests {
             r.profile.sources,
             vec![ProfileSource::Time, ProfileSource::PageFaults]
         );
-        assert_eq!((r.profile.interval, r.profile.bucket), (Some(2000), 2));
+        assert_eq!(
+            (
+                r.profile.interval_for(ProfileSource::Time),
+                r.profile.bucket
+            ),
+            (Some(2000), 2)
+        );
         assert_eq!(r.profile.cpus, Some(CpuList(vec![0, 1])));
         assert_eq!(
             r.profile.ranges,
@@ -333,5 +382,40 @@ mod tests {
         assert_eq!(parse_source("0x13"), Some(ProfileSource::TotalCycles));
         assert_eq!(parse_source("0x18"), None);
         assert_eq!(parse_source("nonsense"), None);
+    }
+
+    fn record(args: &[&str]) -> RecordArgs {
+        let mut all = vec!["record"];
+        all.extend_from_slice(args);
+        match p(&all).unwrap().command {
+            Command::Record(r) => r,
+            _ => panic!("not record"),
+        }
+    }
+
+    #[test]
+    fn intervals_for_every_source_or_one() {
+        let r = record(&[
+            "--source",
+            "Timer,page-faults",
+            "--interval",
+            "2000",
+            "--interval",
+            "page-faults=16",
+            "--",
+            "prog",
+        ]);
+        assert_eq!(r.profile.interval_for(ProfileSource::Time), Some(2000));
+        assert_eq!(r.profile.interval_for(ProfileSource::PageFaults), Some(16));
+        assert_eq!(r.profile.interval_for_unused_source(), None);
+        let r = record(&["--interval", "TotalIssues:5", "--", "prog"]);
+        assert_eq!(r.profile.interval_for(ProfileSource::Time), None);
+        assert_eq!(
+            r.profile.interval_for_unused_source(),
+            Some(ProfileSource::TotalIssues)
+        );
+        assert!(parse_interval_arg("nosuch=5").is_err());
+        assert!(parse_interval_arg("Timer=-1").is_err());
+        assert!(parse_interval_arg("x").is_err());
     }
 }

@@ -179,6 +179,17 @@ impl Recorder {
                 ));
             }
         }
+        if let Some(source) = opts.interval_for_unused_source() {
+            return Err(Failure::new(
+                EXIT_USAGE,
+                format!(
+                    "--interval {}=...: {} is not a source of this run (add --source {})",
+                    source.name(),
+                    source.name(),
+                    source.name()
+                ),
+            ));
+        }
         let mut unique: Vec<ProfileSource> = Vec::new();
         for &s in &opts.sources {
             if !unique.contains(&s) {
@@ -201,7 +212,7 @@ impl Recorder {
                     ),
                 ));
             }
-            if let Some(i) = opts.interval {
+            if let Some(i) = opts.interval_for(source) {
                 ntprofile::set_interval(source, i);
             }
             ntprofile::set_jitter(source, opts.jitter)

@@ -61,7 +61,7 @@ fn forked_child_sees_invalid_handles_and_is_not_counted() {
             let wait = nix::sys::wait::waitpid(child, None).expect("waitpid");
             profile.stats(); // drain
             let after_child = profile.total();
-            spin_wall(hot_fork, Duration::from_millis(100));
+            spin_cpu(hot_fork, Duration::from_millis(100));
             let stats_live = profile.stats();
             let after_parent = profile.total();
             assert_eq!(
@@ -83,7 +83,7 @@ fn forked_child_sees_invalid_handles_and_is_not_counted() {
             let expected_parent = 100e6 / period;
             note(format!(
                 "fork: child statuses {statuses:?}, child {wait:?}; parent counts {before_fork} before the \
-                 fork, {after_child} after the child's 200 ms spin, +{} during its own 100 ms \
+                 fork, {after_child} after the child's 200 ms spin, +{} during its own 100 ms of CPU \
                  (~{expected_parent:.0}); {stats_live:?}",
                 after_parent - after_child
             ));

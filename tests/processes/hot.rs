@@ -80,6 +80,17 @@ pub(crate) fn spin_wall(f: fn(u64, u64) -> u64, d: Duration) -> u64 {
     std::hint::black_box(x)
 }
 
+/// Spin in `f` until the calling thread has used `d` of CPU time (a loaded machine stretches the wall time,
+/// not the samples a CPU-time source takes).
+pub(crate) fn spin_cpu(f: fn(u64, u64) -> u64, d: Duration) -> u64 {
+    let end = thread_cpu() + d;
+    let mut x = 0x1234_5678u64;
+    while thread_cpu() < end {
+        x = f(x, 20_000);
+    }
+    std::hint::black_box(x)
+}
+
 /// The calling thread's CPU time.
 pub(crate) fn thread_cpu() -> Duration {
     let mut t = nix::libc::timespec {
