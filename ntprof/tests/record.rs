@@ -749,11 +749,21 @@ fn stdio_is_left_to_the_command() {
 #[test]
 fn readme_demo_shows_the_designed_shares() {
     let demo = Path::new(NTPROF).with_file_name("ntprof-demo");
-    assert!(
-        demo.exists(),
-        "{} is missing: build the workspace first (cargo build --release, or cargo test --release at the root)",
-        demo.display()
-    );
+    // `cargo test` builds the demo package's test harness, not its program: build the program beside ntprof
+    // (same target directory and profile). The build lock is free while tests run.
+    let profile_dir = Path::new(NTPROF).parent().unwrap();
+    let target_dir = profile_dir.parent().unwrap();
+    let mut build = std::process::Command::new(env!("CARGO"));
+    build
+        .args(["build", "-p", "ntprof-demo", "--bin", "ntprof-demo", "--target-dir"])
+        .arg(target_dir)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        build.arg("--release");
+    }
+    let status = build.status().expect("run cargo build -p ntprof-demo");
+    assert!(status.success(), "cargo build -p ntprof-demo failed");
+    assert!(demo.exists(), "{} is missing after the build", demo.display());
     let out = ntprof(&[
         "record",
         "--format",
