@@ -755,7 +755,14 @@ fn readme_demo_shows_the_designed_shares() {
     let target_dir = profile_dir.parent().unwrap();
     let mut build = std::process::Command::new(env!("CARGO"));
     build
-        .args(["build", "-p", "ntprof-demo", "--bin", "ntprof-demo", "--target-dir"])
+        .args([
+            "build",
+            "-p",
+            "ntprof-demo",
+            "--bin",
+            "ntprof-demo",
+            "--target-dir",
+        ])
         .arg(target_dir)
         .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
     if profile_dir.file_name().is_some_and(|n| n == "release") {
@@ -763,7 +770,11 @@ fn readme_demo_shows_the_designed_shares() {
     }
     let status = build.status().expect("run cargo build -p ntprof-demo");
     assert!(status.success(), "cargo build -p ntprof-demo failed");
-    assert!(demo.exists(), "{} is missing after the build", demo.display());
+    assert!(
+        demo.exists(),
+        "{} is missing after the build",
+        demo.display()
+    );
     let out = ntprof(&[
         "record",
         "--format",
