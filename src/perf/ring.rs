@@ -147,6 +147,16 @@ impl Ring {
         self.head().load(Ordering::Acquire) != self.tail().load(Ordering::Relaxed)
     }
 
+    /// Bytes waiting to be read, and the size of the data area: how full the ring is.
+    pub fn fill(&self) -> (u64, u64) {
+        // Acquire/Relaxed as in `has_data`.
+        let used = self
+            .head()
+            .load(Ordering::Acquire)
+            .wrapping_sub(self.tail().load(Ordering::Relaxed));
+        (used, self.mask + 1)
+    }
+
     /// Decode every record between `data_tail` and `data_head`, hand each to `sink`, then give the space back.
     /// Returns the number of records read. No allocation, no lock.
     #[inline]
