@@ -220,6 +220,49 @@ impl CStream {
     }
 }
 
+/// A stream drained outside the consumer thread, by the same code: the engine of the unstable replay entry
+/// point (`engine::replay`), which feeds recorded ring contents through decode → match → increment.
+pub(crate) struct ReplayStream(CStream);
+
+impl ReplayStream {
+    /// A stream of `rings` (CPU, ring) with `profiles` started on it (each counting on the given CPUs).
+    pub(crate) fn new(rings: Vec<(usize, Ring)>, profiles: &[(Arc<ProfileCore>, CpuSet)]) -> ReplayStream {
+        let mut s = CStream {
+            id: 0,
+            rings: rings
+                .into_iter()
+                .map(|(cpu, ring)| CRing { cpu, ring, fd: -1 })
+                .collect(),
+            active: Vec::new(),
+            index: RangeIndex::default(),
+            stale: false,
+            fill: Fill::default(),
+        };
+        for (core, cpus) in profiles {
+            s.active.push(Active {
+                core: core.clone(),
+                layout: core.layout,
+                buf: core.storage.buf(),
+                cpus: cpus.clone(),
+                pending: ProfileStats::default(),
+                seen: 0,
+            });
+        }
+        s.rebuild_index();
+        ReplayStream(s)
+    }
+
+    /// Drain every ring, as the consumer's pass does; returns the records read.
+    pub(crate) fn drain(&mut self) -> u64 {
+        self.0.drain()
+    }
+
+    /// The stream's rings, to rewind them.
+    pub(crate) fn rings_mut(&mut self) -> impl Iterator<Item = &mut Ring> {
+        self.0.rings.iter_mut().map(|r| &mut r.ring)
+    }
+}
+
 /// The consumer's state and loop.
 pub(crate) struct Consumer {
     rx: Receiver<Msg>,

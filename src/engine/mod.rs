@@ -13,6 +13,8 @@ pub(crate) mod counters;
 pub(crate) mod fork;
 pub(crate) mod index;
 mod jitter;
+#[doc(hidden)]
+pub mod replay;
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
