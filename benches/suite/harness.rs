@@ -10,9 +10,9 @@
 //! - *lost*: as the sampler reports it (ntprofile: `SamplesLost`; perf: `Total Lost Samples`; the timer: its
 //!   overruns; `profil()`/`sprofil()` cannot tell);
 //! - *thread cost per sample*: (CPU of the workload threads − the same in the round's unprofiled runs) ÷ samples;
-//! - *consumer / recorder per sample*: ntprofile: CPU of the process outside the workload threads and the calling
-//!   thread (the consumer), less the same in the unprofiled runs; perf: `perf record`'s own CPU (the job's CPU
-//!   less the workload process's); `perf report`'s CPU is shown apart;
+//! - *consumer / recorder per sample*: ntprofile: the consumer thread's own CPU time up to the stop (its
+//!   schedstat) and its wake-ups (context switches); perf: `perf record`'s own CPU (the job's CPU less the
+//!   workload process's); `perf report`'s CPU is shown apart;
 //! - *whole job per sample*: (CPU of everything the configuration ran − the unprofiled job's) ÷ samples: the
 //!   workload process and its consumer, or `perf record` + workload + `perf report`, or `ntprof record`;
 //! - *attribution error*: the share of each hot function's samples against its share of the iterations, in
@@ -115,8 +115,6 @@ pub struct RunOut {
     pub work_ns: f64,
     /// CPU of the workload process (ns).
     pub proc_ns: f64,
-    /// CPU of the workload's calling thread (ns).
-    pub main_ns: f64,
     /// CPU of the whole job: every process the configuration ran, including a report step (ns).
     pub job_ns: f64,
     /// CPU of the report step alone (`perf report`), ns.
@@ -125,6 +123,14 @@ pub struct RunOut {
     pub start_ns: f64,
     /// See `start_ns`.
     pub stop_ns: f64,
+    /// A second start and stop of the same profile in the same process (ntprofile; 0 otherwise), ns.
+    pub start2_ns: f64,
+    /// See `start2_ns`.
+    pub stop2_ns: f64,
+    /// CPU time of ntprofile's consumer thread up to the stop (schedstat), ns.
+    pub cons_ns: f64,
+    /// Its context switches (wake-ups) up to the stop.
+    pub cons_switches: f64,
     /// Every sample taken (None: the sampler cannot tell).
     pub samples: Option<f64>,
     /// Lost samples (None: the sampler cannot tell).
@@ -188,9 +194,12 @@ fn parse_workload(text: &str) -> Result<RunOut, String> {
     let mut out = RunOut {
         work_ns: get("work_ns")?,
         proc_ns: get("proc_ns")?,
-        main_ns: get("main_ns")?,
         start_ns: get("start_ns")?,
         stop_ns: get("stop_ns")?,
+        start2_ns: get("start2_ns")?,
+        stop2_ns: get("stop2_ns")?,
+        cons_ns: get("cons_ns")?,
+        cons_switches: get("cons_switches")?,
         samples: opt("samples")?,
         lost: opt("lost")?,
         throttled: opt("throttled")?,
@@ -406,8 +415,6 @@ pub struct Measured {
     pub base_work: f64,
     /// Their job CPU, ns.
     pub base_job: f64,
-    /// Their CPU outside the workload threads and the calling thread, ns.
-    pub base_side: f64,
 }
 
 impl Measured {
@@ -424,7 +431,8 @@ impl Measured {
         let side = match sampler {
             Sampler::Perf => self.run.job_ns - self.run.report_ns - self.run.proc_ns,
             Sampler::NtprofRecord => self.run.job_ns - self.run.proc_ns,
-            _ => self.run.proc_ns - self.run.work_ns - self.run.main_ns - self.base_side,
+            // The consumer thread's own CPU time while the workload ran (its schedstat, read before the stop).
+            _ => self.run.cons_ns,
         };
         side / self.run.sample_count()
     }
@@ -451,6 +459,8 @@ pub struct Results {
     pub load: (String, String),
     /// Rounds done.
     pub rounds: usize,
+    /// Runs that failed, with the reason.
+    pub failures: Vec<String>,
 }
 
 fn loadavg() -> String {
@@ -522,19 +532,24 @@ fn run_in(cfg: &Config, dir: &Path, progress: bool, started: Instant) -> Result<
             let before = runner.run(None, 100, g.threads)?;
             let mut done = Vec::new();
             for k in keys {
-                let r = runner.run(Some(k.sampler), k.rate, g.threads).map_err(|e| {
-                    format!("{} at {} Hz, {} threads: {e}", k.sampler.name(), k.rate, k.threads)
-                })?;
-                done.push((k, r));
+                // A peer that fails (glibc's samplers are not all thread-safe) is noted, not fatal.
+                match runner.run(Some(k.sampler), k.rate, g.threads) {
+                    Ok(r) => done.push((k, r)),
+                    Err(e) => res.failures.push(format!(
+                        "round {}: {} at {} Hz, {} thread(s): {e}",
+                        round + 1,
+                        k.sampler.name(),
+                        k.rate,
+                        k.threads
+                    )),
+                }
             }
             let after = runner.run(None, 100, g.threads)?;
-            let side = |r: &RunOut| r.proc_ns - r.work_ns - r.main_ns;
             for (k, r) in done {
                 res.runs.entry(k).or_default().push(Measured {
                     run: r,
                     base_work: (before.work_ns + after.work_ns) / 2.0,
                     base_job: (before.job_ns + after.job_ns) / 2.0,
-                    base_side: (side(&before) + side(&after)) / 2.0,
                 });
             }
         }
@@ -669,6 +684,12 @@ impl Results {
                     fmt_ns(spread(runs.iter().map(Measured::thread_cost))),
                     if matches!(k.sampler, Sampler::Timer | Sampler::Profil | Sampler::Sprofil) {
                         "none".to_string()
+                    } else if inproc {
+                        format!(
+                            "{}; {:.0} wake-ups",
+                            fmt_ns(spread(runs.iter().map(|m| m.side_cost(k.sampler)))),
+                            median_of(spread(runs.iter().map(|m| m.run.cons_switches)))
+                        )
                     } else {
                         fmt_ns(spread(runs.iter().map(|m| m.side_cost(k.sampler))))
                     },
@@ -798,12 +819,14 @@ pub fn latency(cfg: &Config, threads: &[u32], rounds: usize) -> Result<String, S
     std::fs::create_dir_all(&dir).map_err(|e| format!("{dir:?}: {e}"))?;
     let exe = build_workload(cfg, &dir)?;
     let mut s = String::from(
-        "ntprofile in-process at 1 kHz; the workload's threads are all alive (blocked) across the start and \
-         the stop. Each run is a fresh process, so the start includes the library's first-use work (the consumer \
-         thread, the source probe). Median (min–max) over the rounds:\n\n\
-         | threads | start (NtStartProfile) | stop (NtStopProfile, with the drain) |\n|---|---|---|\n",
+        "ntprofile in-process at 1 kHz; the workload's threads are all alive (blocked) across the starts and \
+         stops. Each run is a fresh process: the first start includes the library's first-use work (the consumer \
+         thread, the source probe); the second start and stop are of the same profile in the same process. Wall \
+         time, so on a loaded machine it includes waiting for a CPU (the stop waits for the consumer's ack). \
+         Median (min–max) over the rounds:\n\n\
+         | threads | first start (NtStartProfile) | stop (NtStopProfile, with the drain) | second start | second stop |\n|---|---|---|---|---|\n",
     );
-    let mut rows: BTreeMap<u32, (Vec<f64>, Vec<f64>)> = BTreeMap::new();
+    let mut rows: BTreeMap<u32, [Vec<f64>; 4]> = BTreeMap::new();
     for round in 0..rounds {
         for &t in threads {
             let runner = Runner {
@@ -817,16 +840,20 @@ pub fn latency(cfg: &Config, threads: &[u32], rounds: usize) -> Result<String, S
             let out = output(Command::new(&runner.exe).args(&args))?;
             let r = parse_workload(&String::from_utf8_lossy(&out.stdout))?;
             let e = rows.entry(t).or_default();
-            e.0.push(r.start_ns);
-            e.1.push(r.stop_ns);
+            e[0].push(r.start_ns);
+            e[1].push(r.stop_ns);
+            e[2].push(r.start2_ns);
+            e[3].push(r.stop2_ns);
         }
     }
-    for (t, (start, stop)) in rows {
+    for (t, [start, stop, start2, stop2]) in rows {
         let _ = writeln!(
             s,
-            "| {t} | {} | {} |",
+            "| {t} | {} | {} | {} | {} |",
             fmt_ns(spread(start)),
-            fmt_ns(spread(stop))
+            fmt_ns(spread(stop)),
+            fmt_ns(spread(start2)),
+            fmt_ns(spread(stop2))
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -892,9 +919,12 @@ pub fn record_ips(samples: u64) -> (Vec<u64>, bool) {
             break;
         }
     }
+    // Keep the samples of the spinning function's neighbourhood (a few land in the C library or the loader: a
+    // range over them all would span gigabytes).
+    let f = replay_spin as *const () as u64;
+    ips.retain(|&ip| ip.wrapping_sub(f) < 4096);
     if ips.is_empty() {
         real = false;
-        let f = replay_spin as *const () as u64;
         ips = (0..samples).map(|i| f + (i * 4) % 256).collect();
     }
     ips.truncate(samples as usize);
@@ -916,17 +946,24 @@ pub fn replay_child(ips_file: &Path, n: usize, overlapping: bool, repeats: u32) 
 }
 
 fn callgrind_ir(exe: &Path, args: &[String], dir: &Path) -> Option<f64> {
+    let mut file = std::ffi::OsString::from("--callgrind-out-file=");
+    file.push(dir.join("callgrind.out"));
     let out = Command::new("valgrind")
-        .args(["--tool=callgrind", "--callgrind-out-file"])
-        .arg(dir.join("callgrind.out"))
+        .arg("--tool=callgrind")
+        .arg(file)
         .arg(exe)
         .args(args)
         .output()
         .ok()?;
+    let err = String::from_utf8_lossy(&out.stderr);
     if !out.status.success() {
+        eprintln!(
+            "callgrind {args:?}: {}\n{}",
+            out.status,
+            err.lines().rev().take(12).collect::<Vec<_>>().join("\n")
+        );
         return None;
     }
-    let err = String::from_utf8_lossy(&out.stderr);
     err.lines()
         .find_map(|l| l.split("Collected :").nth(1))
         .and_then(|v| v.trim().parse().ok())
@@ -1127,6 +1164,9 @@ pub fn document(
     );
     for (sm, why) in &res.skipped {
         let _ = writeln!(s, "- not measured: {} — {why}", sm.name());
+    }
+    for f in &res.failures {
+        let _ = writeln!(s, "- failed run (left out of the figures): {f}");
     }
     s.push_str("\n## Targets\n\n");
     s.push_str(&checks(res));

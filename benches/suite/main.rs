@@ -211,6 +211,10 @@ fn main() {
         ntprof,
         label: m.label.into(),
     };
+    if args.iter().any(|a| a == "--replay-only") {
+        println!("{}", harness::replay_section(m.replay_samples));
+        return;
+    }
     let header = machine();
     eprintln!("suite ({}): comparison …", m.label);
     let res = match harness::run(&cfg, true) {

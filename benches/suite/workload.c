@@ -22,6 +22,8 @@
  *   proc_ns     CPU time of the whole process (getrusage RUSAGE_SELF, after the sampler stopped)
  *   main_ns     CPU time of the main thread (creates and stops the sampler, starts and joins the threads)
  *   start_ns stop_ns  wall time of the sampler's start and stop calls
+ *   start2_ns stop2_ns  the same for a second start and stop of the same profile (ntprofile; 0 otherwise)
+ *   cons_ns cons_switches  CPU time and context switches of ntprofile's consumer thread up to the stop
  *   truth0..3   iterations per function;  hot0..3  samples per function
  *   samples     every sample the sampler took (ntprofile: counted + outside; timer: every signal), or -1 when
  *               the sampler cannot tell (profil, sprofil: samples outside their ranges are not recorded)
@@ -135,6 +137,50 @@ static int arm_thread_timer(void)
                              {period / 1000000000L, period % 1000000000L}};
     thread_timer_armed = 1;
     return timer_settime(thread_timer, 0, &its, NULL);
+}
+
+/* ---- the consumer thread's own CPU time and wake-ups ------------------------------------------------------- */
+
+/* Sum the CPU time (schedstat, ns) and context switches of this process's threads named `prefix*`. */
+static void threads_named(const char *prefix, uint64_t *cpu_ns, uint64_t *switches)
+{
+    *cpu_ns = 0;
+    *switches = 0;
+    DIR *d = opendir("/proc/self/task");
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[320], buf[4096];
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f)
+            continue;
+        int match = fgets(buf, sizeof buf, f) && strncmp(buf, prefix, strlen(prefix)) == 0;
+        fclose(f);
+        if (!match)
+            continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/schedstat", e->d_name);
+        if ((f = fopen(path, "r")) != NULL) {
+            unsigned long long ns = 0;
+            if (fscanf(f, "%llu", &ns) == 1)
+                *cpu_ns += ns;
+            fclose(f);
+        }
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+        if ((f = fopen(path, "r")) != NULL) {
+            while (fgets(buf, sizeof buf, f)) {
+                unsigned long long n;
+                if (sscanf(buf, "voluntary_ctxt_switches: %llu", &n) == 1 ||
+                    sscanf(buf, "nonvoluntary_ctxt_switches: %llu", &n) == 1)
+                    *switches += n;
+            }
+            fclose(f);
+        }
+    }
+    closedir(d);
 }
 
 /* ---- threads --------------------------------------------------------------------------------------------- */
@@ -326,8 +372,16 @@ int main(int argc, char **argv)
     pthread_barrier_wait(&go);
     pthread_barrier_wait(&finished);
 
+    /* The consumer's CPU and wake-ups while the workload ran (read before the stop, which may end the thread). */
+    uint64_t cons_ns = 0, cons_switches = 0;
+    threads_named("ntprofile-cons", &cons_ns, &cons_switches);
+
     /* The sampler's stop. */
     w0 = wall_ns();
+    if (pbuf || sbuf[0])
+        /* Discard any SIGPROF still pending for a thread before glibc frees its regions (sprofil(NULL) frees
+         * them while a signal generated just before could still be delivered to another thread: a crash). */
+        signal(SIGPROF, SIG_IGN);
     if (pbuf) {
         profil(pbuf, 0, 0, 0);
     } else if (sbuf[0]) {
@@ -342,9 +396,7 @@ int main(int argc, char **argv)
     }
     uint64_t stop_ns = wall_ns() - w0;
     uint64_t main_ns = thread_cpu_ns() - main0;
-    pthread_barrier_wait(&released);
-    for (long t = 0; t < threads; t++)
-        pthread_join(tids[t], NULL);
+    uint64_t start2_ns = 0, stop2_ns = 0;
 
     if (pbuf) {
         for (size_t i = 0; i < span / 2; i++) {
@@ -368,6 +420,14 @@ int main(int argc, char **argv)
         samples = (int64_t)(stats.SamplesCounted + stats.SamplesOutside);
         lost = (int64_t)stats.SamplesLost;
         throttled = (int64_t)stats.ThrottleEvents;
+        /* A second start and stop in the same process, every thread still alive: without the first use's work. */
+        w0 = wall_ns();
+        if (NT_SUCCESS(NtStartProfile(profile))) {
+            start2_ns = wall_ns() - w0;
+            w0 = wall_ns();
+            NtStopProfile(profile);
+            stop2_ns = wall_ns() - w0;
+        }
         NtClose(profile);
     } else if (strcmp(mode, "timer") == 0) {
         for (int f = 0; f < NFUNC; f++)
@@ -380,15 +440,19 @@ int main(int argc, char **argv)
         lost = 0;
         throttled = 0;
     }
+    pthread_barrier_wait(&released);
+    for (long t = 0; t < threads; t++)
+        pthread_join(tids[t], NULL);
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     uint64_t proc_ns = (uint64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000ULL +
                        (uint64_t)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000ULL;
-    printf("work_ns=%llu proc_ns=%llu main_ns=%llu start_ns=%llu stop_ns=%llu samples=%lld lost=%lld "
-           "throttled=%lld",
+    printf("work_ns=%llu proc_ns=%llu main_ns=%llu start_ns=%llu stop_ns=%llu start2_ns=%llu stop2_ns=%llu "
+           "cons_ns=%llu cons_switches=%llu samples=%lld lost=%lld throttled=%lld",
            (unsigned long long)sum_work_ns, (unsigned long long)proc_ns, (unsigned long long)main_ns,
-           (unsigned long long)start_ns, (unsigned long long)stop_ns, (long long)samples, (long long)lost,
-           (long long)throttled);
+           (unsigned long long)start_ns, (unsigned long long)stop_ns, (unsigned long long)start2_ns,
+           (unsigned long long)stop2_ns, (unsigned long long)cons_ns, (unsigned long long)cons_switches,
+           (long long)samples, (long long)lost, (long long)throttled);
     for (int f = 0; f < NFUNC; f++)
         printf(" truth%d=%llu hot%d=%llu", f, (unsigned long long)sum_truth[f], f, (unsigned long long)hot[f]);
     printf("\n");
