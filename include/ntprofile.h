@@ -380,6 +380,66 @@ NTSYSCALLAPI NTSTATUS NTAPI NtprofileRegisterSource(ULONG PerfType, ULONGLONG Co
  * STATUS_INVALID_PARAMETER above 90, STATUS_NOT_SUPPORTED for a source that cannot be sampled here. */
 NTSYSCALLAPI NTSTATUS NTAPI NtprofileSetSourceJitter(KPROFILE_SOURCE ProfileSource, ULONG Percent);
 
+/* ------------------------------------------------------------------------------------------------------------
+ * Modules and functions to profile (ntprofile extension): what Windows code gets from EnumProcessModules +
+ * GetModuleInformation and from the symbol tables, so that a profile covers exactly a module's code or one
+ * function instead of a guessed size.
+ *
+ * ProcessHandle is NtCurrentProcess(), a handle from NtOpenProcess, or NULL for the kernel and its modules (as
+ * NtCreateProfile's Process argument: NULL is the system). A process that has exited has no modules.
+ */
+#ifndef STATUS_NOT_FOUND
+#define STATUS_NOT_FOUND               ((NTSTATUS)0xC0000225L)
+#endif
+
+/* NTPROFILE_MODULE_INFO.Flags */
+#define NTPROFILE_MODULE_LOAD_BIAS_KNOWN 0x1u /* LoadBias is valid (the module's file could be read) */
+#define NTPROFILE_MODULE_NAME_ONLY       0x2u /* the path did not fit: FullPathName holds the file name only */
+#define NTPROFILE_MODULE_NO_FILE         0x4u /* no file behind it ([vdso], [kernel], a kernel module) */
+
+/* One executable mapping of a module, in the spirit of Windows' MODULEINFO and RTL_PROCESS_MODULE_INFORMATION.
+ * 296 bytes, 8-byte aligned. Profile [Base, Base + Size) to profile the module's code. */
+typedef struct _NTPROFILE_MODULE_INFO {
+    PVOID Base;              /* first address of the mapping */
+    SIZE_T Size;             /* its size in bytes */
+    ULONGLONG FileOffset;    /* the file offset Base was loaded from */
+    ULONGLONG LoadBias;      /* runtime address minus ELF address (st_value + LoadBias = the function's address) */
+    ULONG Flags;             /* NTPROFILE_MODULE_* */
+    USHORT OffsetToFileName; /* index of the file name in FullPathName */
+    USHORT Reserved;
+    CHAR FullPathName[256];  /* NUL-terminated: the file's path, or the name of a module without a file */
+} NTPROFILE_MODULE_INFO, *PNTPROFILE_MODULE_INFO;
+
+/* NtprofileEnumerateModules -- list the modules of a process: one NTPROFILE_MODULE_INFO per executable mapping,
+ * the program first for NtCurrentProcess() (from the dynamic loader), in address order for another process (from
+ * /proc/PID/maps), [kernel] then the loaded kernel modules for NULL (from /proc/kallsyms and /proc/modules).
+ * Length is the size of Modules in bytes; *ReturnLength receives the bytes the whole list needs. When Length is
+ * smaller, nothing else is written and the call returns STATUS_BUFFER_TOO_SMALL: call with Length 0 to size the
+ * buffer (and again if the list grew meanwhile). Modules must be 8-byte aligned (STATUS_DATATYPE_MISALIGNMENT) and
+ * writable (STATUS_ACCESS_VIOLATION). STATUS_ACCESS_DENIED when another process's mappings may not be read,
+ * STATUS_PRIVILEGE_NOT_HELD for NULL when the kernel hides its addresses from the caller. */
+NTSYSCALLAPI NTSTATUS NTAPI NtprofileEnumerateModules(HANDLE ProcessHandle, PNTPROFILE_MODULE_INFO Modules,
+                                                      ULONG Length, PULONG ReturnLength);
+
+/* NtprofileFindFunction -- the exact range of a function by name: *Base = its address in the process (the ELF
+ * symbol's st_value plus the module's load bias), *Size = its st_size, from .symtab then .dynsym. ModuleName is a
+ * file name ("libm.so.6"), the file name up to a dot ("libm"), or a path; NULL searches every module in order
+ * (for NULL ProcessHandle: /proc/kallsyms, ModuleName "[kernel]" or a kernel module's name). FunctionName is the
+ * symbol's name ("cos", a C function, a mangled C++ name) or a Rust path without its hash ("crate::f"); only the
+ * default version of a versioned symbol is found. Writes *Base and *Size only on success. STATUS_NOT_FOUND when
+ * no such module or function exists (also for an indirect function, STT_GNU_IFUNC, whose symbol is its resolver:
+ * profile its module instead), STATUS_INVALID_PARAMETER for a NULL FunctionName or a name over 4096 bytes. */
+NTSYSCALLAPI NTSTATUS NTAPI NtprofileFindFunction(HANDLE ProcessHandle, PCSTR ModuleName, PCSTR FunctionName,
+                                                  PVOID *Base, PSIZE_T Size);
+
+#if UINTPTR_MAX == 0xFFFFFFFFFFFFFFFFu && (defined(__cplusplus) && __cplusplus >= 201103L)
+static_assert(sizeof(NTPROFILE_MODULE_INFO) == 296, "ntprofile_module_info_size");
+static_assert(offsetof(NTPROFILE_MODULE_INFO, FullPathName) == 40, "ntprofile_module_info_path");
+#elif UINTPTR_MAX == 0xFFFFFFFFFFFFFFFFu && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+_Static_assert(sizeof(NTPROFILE_MODULE_INFO) == 296, "ntprofile_module_info_size");
+_Static_assert(offsetof(NTPROFILE_MODULE_INFO, FullPathName) == 40, "ntprofile_module_info_path");
+#endif
+
 #ifdef __cplusplus
 }
 #endif

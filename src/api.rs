@@ -1,4 +1,10 @@
 //! The safe Rust API: a builder, a profile that owns its counts, start/stop, stop on drop, live reads.
+//!
+//! A profile reaches every target the C API reaches: this process (the default), another process
+//! ([`ProfileBuilder::process`], `NtOpenProcess`), every process ([`ProfileBuilder::global`], `Process = NULL`),
+//! a range of kernel addresses, and processors given as a mask, CPU numbers or `GROUP_AFFINITY` records
+//! ([`ProfileBuilder::group_affinity`], `NtCreateProfileEx`). The checks, their order and their statuses are the
+//! C API's: both call the same functions.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
@@ -7,10 +13,12 @@ use crate::affinity::{Affinity, CpuSet, current_group, online_cpus};
 use crate::buckets::BucketLayout;
 use crate::engine::{self, counters::CounterStorage};
 use crate::error::Error;
+use crate::modules::{Module, Symbol};
+use crate::process::{GroupAffinity, Process};
 use crate::profile::{ProfileCore, ProfileStats, check_front, check_kernel_privilege};
 use crate::source::{self, ProfileSource};
 use crate::status::NtStatus;
-use crate::target::Target;
+use crate::target::{Target, has_system_profile_privilege, perf_event_paranoid};
 
 /// How a profile picks its processors.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -21,6 +29,19 @@ enum AffinitySpec {
     Cpus(CpuSet),
     /// Every online CPU, resolved at each start.
     AllActive,
+    /// `GROUP_AFFINITY` records, as `NtCreateProfileEx` takes them.
+    Groups(Vec<GroupAffinity>),
+}
+
+/// Whose samples a profile counts.
+#[derive(Clone, Debug)]
+enum TargetSpec {
+    /// `NtCurrentProcess()`.
+    Current,
+    /// A process from [`Process::open`].
+    Process(Process),
+    /// `Process = NULL`: every process.
+    Global,
 }
 
 /// Builds a [`Profile`]: the range, the bucket size, the source and the processors.
@@ -32,6 +53,7 @@ pub struct ProfileBuilder {
     bucket_size: u32,
     source: ProfileSource,
     affinity: AffinitySpec,
+    target: TargetSpec,
 }
 
 impl Default for ProfileBuilder {
@@ -42,15 +64,119 @@ impl Default for ProfileBuilder {
             bucket_size: 2,
             source: ProfileSource::Time,
             affinity: AffinitySpec::Mask(u64::MAX),
+            target: TargetSpec::Current,
         }
     }
 }
 
 impl ProfileBuilder {
-    /// The profiled range `[base, base + size)` of this process's address space.
+    /// The profiled range `[base, base + size)` of the target's address space (this process's by default). A
+    /// range that reaches the kernel half (from `0xFFFF_8000_0000_0000` on x86-64) samples kernel code and needs
+    /// the privilege (see [`build`](Self::build)).
     pub fn range(mut self, base: usize, size: usize) -> Self {
         self.base = base as u64;
         self.size = size as u64;
+        self
+    }
+
+    /// The range of a module's executable mapping (from [`modules`](crate::modules),
+    /// [`find_module`](crate::find_module) or [`kernel_modules`](crate::kernel_modules)), as Windows code
+    /// passes a module's base and size from `GetModuleInformation`.
+    ///
+    /// ```no_run
+    /// use ntprofile::{Profile, find_module};
+    ///
+    /// let libm = find_module(None, "libm.so.6")?;
+    /// let profile = Profile::builder().module(&libm).bucket_size(6).build()?;
+    /// # Ok::<(), ntprofile::Error>(())
+    /// ```
+    pub fn module(mut self, module: &Module) -> Self {
+        self.base = module.base;
+        self.size = module.size;
+        self
+    }
+
+    /// The exact range of a function (from [`find_function`](crate::find_function)): its symbol's address and
+    /// `st_size`.
+    ///
+    /// ```no_run
+    /// use ntprofile::{Profile, find_function};
+    ///
+    /// let cos = find_function(None, Some("libm.so.6"), "cos")?;
+    /// let profile = Profile::builder().function(&cos).bucket_size(2).build()?;
+    /// # Ok::<(), ntprofile::Error>(())
+    /// ```
+    pub fn function(mut self, function: &Symbol) -> Self {
+        self.base = function.address;
+        self.size = function.size;
+        self
+    }
+
+    /// Profile another process (opened with [`Process::open`]): every thread of it, threads it creates later
+    /// included, as `NtCreateProfile` with a process handle from `NtOpenProcess`. The range is in that process's
+    /// address space (see [`modules`](crate::modules) and [`find_function`](crate::find_function) with its pid).
+    ///
+    /// ```no_run
+    /// use ntprofile::{Process, Profile, find_module};
+    ///
+    /// let pid = 4242; // a process of the caller's own
+    /// let process = Process::open(pid)?;
+    /// let libc = find_module(Some(pid), "libc.so.6")?;
+    /// let profile = Profile::builder().process(&process).module(&libc).build()?;
+    /// profile.start()?;
+    /// # Ok::<(), ntprofile::Error>(())
+    /// ```
+    pub fn process(mut self, process: &Process) -> Self {
+        self.target = TargetSpec::Process(process.clone());
+        self
+    }
+
+    /// Profile every process on the chosen processors (`NtCreateProfile` with `Process = NULL`): one sampler
+    /// per CPU sees every task. Needs the system-profile privilege: `CAP_PERFMON`, `CAP_SYS_ADMIN` or
+    /// `kernel.perf_event_paranoid <= 0`.
+    ///
+    /// ```no_run
+    /// use ntprofile::{Profile, kernel_modules};
+    ///
+    /// // kernrate's classic use: the kernel's text, every process, every CPU.
+    /// let kernel = kernel_modules()?.into_iter().next().expect("[kernel] comes first");
+    /// let profile = Profile::builder().global().module(&kernel).bucket_size(8).all_cpus().build()?;
+    /// # Ok::<(), ntprofile::Error>(())
+    /// ```
+    pub fn global(mut self) -> Self {
+        self.target = TargetSpec::Global;
+        self
+    }
+
+    /// Profile this process (the default; undoes [`process`](Self::process) and [`global`](Self::global)).
+    ///
+    /// ```
+    /// use ntprofile::Profile;
+    ///
+    /// let profile = Profile::builder().global().current_process().range(0x10000, 0x1000).build()?;
+    /// # Ok::<(), ntprofile::Error>(())
+    /// ```
+    pub fn current_process(mut self) -> Self {
+        self.target = TargetSpec::Current;
+        self
+    }
+
+    /// Processors as `GROUP_AFFINITY` records, as `NtCreateProfileEx` takes them: each record must name an
+    /// existing group and a non-empty mask of online CPUs; masks of one group are OR-ed. An empty slice means
+    /// every online CPU, resolved at each start (`GroupCount == 0`, the same as [`all_cpus`](Self::all_cpus)).
+    ///
+    /// ```
+    /// use ntprofile::{GroupAffinity, Profile};
+    ///
+    /// let profile = Profile::builder()
+    ///     .range(0x10000, 0x1000)
+    ///     .group_affinity(&[GroupAffinity { mask: 1, group: 0 }]) // CPU 0
+    ///     .build()?;
+    /// # Ok::<(), ntprofile::Error>(())
+    /// ```
+    #[doc(alias = "NtCreateProfileEx")]
+    pub fn group_affinity(mut self, groups: &[GroupAffinity]) -> Self {
+        self.affinity = AffinitySpec::Groups(groups.to_vec());
         self
     }
 
@@ -89,10 +215,25 @@ impl ProfileBuilder {
     #[doc(alias = "NtCreateProfile")]
     ///
     /// # Errors
-    /// In the order of spec section 3: `STATUS_INVALID_PARAMETER` (bucket size), `STATUS_BUFFER_OVERFLOW`
-    /// (the range wraps), `STATUS_NOT_SUPPORTED` (source), `STATUS_INVALID_PARAMETER` (processors),
-    /// `STATUS_PRIVILEGE_NOT_HELD` (a kernel range without the privilege), `STATUS_INSUFFICIENT_RESOURCES`
-    /// (the counters cannot be allocated or exceed `ULONG` sizes).
+    /// In the order the C API checks: `STATUS_INVALID_PARAMETER` (bucket size), `STATUS_BUFFER_OVERFLOW`
+    /// (the range wraps), `STATUS_NOT_SUPPORTED` (source), `STATUS_INVALID_PARAMETER` (processors: a mask,
+    /// CPU list or `GROUP_AFFINITY` record naming no online CPU), then the target: `STATUS_PRIVILEGE_NOT_HELD`
+    /// (a [global](Self::global) profile without the system-profile privilege), `STATUS_ACCESS_DENIED` (the
+    /// [process](Self::process) may no longer be profiled), then `STATUS_PRIVILEGE_NOT_HELD` (a kernel range
+    /// without `CAP_PERFMON`, `CAP_SYS_ADMIN` or `perf_event_paranoid <= 1`), and
+    /// `STATUS_INSUFFICIENT_RESOURCES` (the counters cannot be allocated or exceed `ULONG` sizes).
+    ///
+    /// ```
+    /// use ntprofile::{GroupAffinity, NtStatus, Profile};
+    ///
+    /// // Group 1000 does not exist on any machine this runs on.
+    /// let err = Profile::builder()
+    ///     .range(0x10000, 0x1000)
+    ///     .group_affinity(&[GroupAffinity { mask: 1, group: 1000 }])
+    ///     .build()
+    ///     .unwrap_err();
+    /// assert_eq!(err.status(), NtStatus::INVALID_PARAMETER);
+    /// ```
     pub fn build(self) -> Result<Profile, Error> {
         if !(crate::buckets::MIN_BUCKET_SIZE..=crate::buckets::MAX_BUCKET_SIZE)
             .contains(&self.bucket_size)
@@ -131,22 +272,71 @@ impl ProfileBuilder {
                 }
                 Affinity::Cpus(set)
             }
+            AffinitySpec::Groups(groups) => {
+                let records: Vec<(u64, u16, [u16; 3])> =
+                    groups.iter().map(|g| (g.mask, g.group, [0; 3])).collect();
+                Affinity::from_groups(&records, &online).map_err(|status| {
+                    Error::new(
+                        status,
+                        format!(
+                            "a GROUP_AFFINITY record names no online CPU or a group that does not exist \
+                             ({groups:?}; online CPUs: {:?})",
+                            online.iter().collect::<Vec<_>>()
+                        ),
+                    )
+                })?
+            }
         };
-        check_kernel_privilege(&layout)?;
+        // Check 9: the process, as the C API's NtCreateProfile checks its Process handle.
+        let target = match &self.target {
+            TargetSpec::Current => Target::CurrentProcess,
+            TargetSpec::Global => {
+                if !has_system_profile_privilege() {
+                    return Err(Error::new(
+                        NtStatus::PRIVILEGE_NOT_HELD,
+                        format!(
+                            "a global profile (every process) needs CAP_PERFMON, CAP_SYS_ADMIN or \
+                             kernel.perf_event_paranoid <= 0 (it is {})",
+                            perf_event_paranoid()
+                        ),
+                    ));
+                }
+                Target::Global
+            }
+            TargetSpec::Process(process) => {
+                process
+                    .inner()
+                    .check_access()
+                    .map_err(|status| crate::process::open_error(process.pid(), status))?;
+                Target::Process(process.inner().clone())
+            }
+        };
+        check_kernel_privilege(&layout).map_err(|status| {
+            Error::new(
+                status,
+                format!(
+                    "the range {:#x}..{:#x} reaches kernel addresses: sampling the kernel needs CAP_PERFMON, \
+                     CAP_SYS_ADMIN or kernel.perf_event_paranoid <= 1 (it is {})",
+                    layout.base,
+                    layout.end(),
+                    perf_event_paranoid()
+                ),
+            )
+        })?;
         let mut counters: Vec<AtomicU32> = Vec::new();
         counters
             .try_reserve_exact(needed as usize)
             .map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
         counters.resize_with(needed as usize, || AtomicU32::new(0));
         let storage = CounterStorage::Owned(counters.into_boxed_slice());
-        let core = ProfileCore::new(layout, source, Target::CurrentProcess, affinity, storage);
+        let core = ProfileCore::new(layout, source, target, affinity, storage);
         Ok(Profile {
             core: Arc::new(core),
         })
     }
 }
 
-/// A profile of this process: a histogram of sampled program counters over a range, counted into buckets.
+/// A profile of this process, another process or every process: a histogram of sampled program counters over a range, counted into buckets.
 ///
 /// Created stopped; counts accumulate across start/stop cycles until [`Profile::clear`]. Dropping a started
 /// profile stops it first.
@@ -165,7 +355,8 @@ impl std::fmt::Debug for Profile {
 }
 
 impl Profile {
-    /// A builder for a profile of this process.
+    /// A builder for a profile (of this process unless [`ProfileBuilder::process`] or
+    /// [`ProfileBuilder::global`] says otherwise).
     pub fn builder() -> ProfileBuilder {
         ProfileBuilder::default()
     }

@@ -63,6 +63,8 @@ statuses! {
     INTERNAL_ERROR = 0xC000_00E5u32;
     /// `STATUS_INVALID_PARAMETER_7`: `BufferSize == 0`.
     INVALID_PARAMETER_7 = 0xC000_00F5u32;
+    /// `STATUS_NOT_FOUND`: no module or function of that name (`NtprofileFindFunction`, `find_function`).
+    NOT_FOUND = 0xC000_0225u32;
 }
 
 impl NtStatus {

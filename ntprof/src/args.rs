@@ -1,262 +1,158 @@
-//! Command-line parsing for `ntprof`: subcommands, options, help texts, usage errors (exit code 2).
+//! Command-line parsing for `ntprof` (clap): subcommands and options in the conventions of `perf` and kernrate.
 //!
-//! Written by hand rather than with a parser crate: two subcommands and five options do not need one.
+//! Usage errors (unknown options, bad values, bad ranges) exit with code 2, as clap does.
 
-use std::ffi::OsString;
-use std::fmt;
-
+use clap::{Args, Parser, Subcommand};
 use ntprofile::ProfileSource;
 
-/// The help of `ntprof` itself.
-pub const MAIN_HELP: &str = "\
-ntprof - a kernrate-like profiler built on ntprofile
-         (the Windows NT profile API on Linux perf_event)
+use crate::output::OutputArgs;
 
-Usage:
-  ntprof demo [OPTIONS]     profile a bundled demo workload, print a symbolized report
-  ntprof sources            list the profile sources, whether they work here, their intervals
-  ntprof help [COMMAND]     print this help, or the help of COMMAND
+/// ntprof - a kernrate-like profiler built on ntprofile (the Windows NT profile API on Linux perf_event).
+///
+/// `ntprof record -- CMD` profiles a command from its first instruction to its exit, module by module (the
+/// executable and every shared library, those loaded later with dlopen included), and prints where the time
+/// went: modules, functions and source lines.
+#[derive(Debug, Parser)]
+#[command(name = "ntprof", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
 
-Options:
-  -h, --help                print help
-  -V, --version             print the version
-
-Run 'ntprof demo --help' for the demo's options.
-";
-
-/// The help of `ntprof demo`.
-pub const DEMO_HELP: &str = "\
-ntprof demo - profile a bundled workload through NtCreateProfile / NtStartProfile
-
-The workload runs three functions (demo_alpha, demo_beta, demo_gamma) whose CPU time is
-split 50% / 30% / 20% by design, on two threads: one created before the profile starts,
-one after. The profiled range is ntprof's own text (its executable mapping in
-/proc/self/maps). Bucket addresses are symbolized against /proc/self/exe and aggregated by
-function; a bucket that straddles two functions is counted for the function that contains
-the bucket's start address (--bucket 2 gives exact 4-byte attribution).
-
-Usage:
-  ntprof demo [OPTIONS]
-
-Options:
-  -s, --seconds <S>     how long the workload runs, in seconds (default 2)
-  -i, --interval <I>    the source's interval (NtSetIntervalProfile): 100 ns units for time
-                        sources (10000 = 1 ms), events between samples otherwise; clamped
-                        into the source's limits (default: the source's current interval)
-  -b, --bucket <B>      BucketSize: log2 of the bucket size in bytes, 2..=31
-                        (default 4 = 16-byte buckets)
-  -n, --top <N>         how many functions to show (default 15)
-      --source <SRC>    the profile source, by name (Timer, task-clock, ...) or value
-                        (0x0, 0x10000, ...); default Timer. The designed shares are shares
-                        of CPU time: compare them with a time source.
-  -h, --help            print this help
-";
-
-/// The help of `ntprof sources`.
-pub const SOURCES_HELP: &str = "\
-ntprof sources - list every profile source (KPROFILE_SOURCE and the Linux extension range)
-
-For each source: its value, its name, whether it can be sampled on this machine (and why
-not), its minimum, maximum and current interval with the unit, and the perf event behind it.
-
-Usage:
-  ntprof sources
-
-Options:
-  -h, --help            print this help
-";
-
-/// What the command line asks for.
-#[derive(Debug)]
+/// The subcommands.
+#[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Print this text to stdout and exit 0.
-    Help(&'static str),
-    /// Print the version.
-    Version,
-    /// `ntprof demo`.
-    Demo(DemoOptions),
-    /// `ntprof sources`.
+    /// Run a command and profile it from its first instruction to its exit (or, with --kernel, profile the
+    /// kernel).
+    #[command(after_help = RECORD_AFTER_HELP)]
+    Record(RecordArgs),
+    /// Profile a running process until --duration ends, Ctrl-C, or the process exits.
+    Attach(AttachArgs),
+    /// List every profile source, whether it can be sampled here (and why not), its intervals and perf event.
     Sources,
+    /// Profile a bundled workload inside ntprof itself (the in-process use of the API).
+    Demo(DemoOptions),
+}
+
+const RECORD_AFTER_HELP: &str = "\
+Examples:
+  ntprof record -- ./prog arg1 arg2          profile ./prog, report modules, functions, lines
+  ntprof record --source Timer,page-faults -- ./prog
+  ntprof record --module prog --module libfoo.so -- ./prog
+  ntprof record --kernel --duration 5        the kernel and its modules, system-wide (needs CAP_PERFMON)
+
+The exit status is the command's (128 + N when a signal N killed it); 127 when it cannot be run.";
+
+/// The profiling options shared by `record` and `attach`.
+#[derive(Debug, Clone, Args)]
+pub struct ProfileArgs {
+    /// Profile sources, by name or value (see 'ntprof sources'); repeat it or give a comma list: each source
+    /// is reported on its own.
+    #[arg(short = 's', long = "source", value_name = "SOURCE", value_delimiter = ',',
+          value_parser = parse_source_arg, default_value = "Timer")]
+    pub sources: Vec<ProfileSource>,
+    /// The sources' interval (NtSetIntervalProfile): 100 ns units for time sources (10000 = 1 ms), events
+    /// between samples otherwise; clamped into each source's limits. Default: the source's default.
+    #[arg(short = 'i', long, value_name = "INTERVAL")]
+    pub interval: Option<u32>,
+    /// BucketSize: log2 of the bucket size in bytes, 2 (4-byte buckets) ..= 31.
+    #[arg(short = 'b', long, value_name = "LOG2", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(2..=31))]
+    pub bucket: u32,
+    /// Randomize each sample period by up to +- PERCENT % (0..=90) so that periodic work cannot alias with it.
+    #[arg(long, value_name = "PERCENT", default_value_t = 0,
+          value_parser = clap::value_parser!(u32).range(0..=90))]
+    pub jitter: u32,
+    /// Only these processors, e.g. 0-3,6 (default: all).
+    #[arg(long, value_name = "LIST", value_parser = parse_cpu_list)]
+    pub cpus: Option<CpuList>,
+    /// Profile only the modules with this name (file name, e.g. libc.so.6, or full path); repeatable.
+    #[arg(short = 'm', long = "module", value_name = "NAME")]
+    pub modules: Vec<String>,
+    /// Also profile a raw address range START-END (hexadecimal, end exclusive); repeatable.
+    #[arg(long = "range", value_name = "START-END", value_parser = parse_range)]
+    pub ranges: Vec<AddrRange>,
+    /// How often the process's mappings are read for libraries loaded later (dlopen), in milliseconds.
+    #[arg(long, value_name = "MS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub poll_ms: u64,
+}
+
+/// `ntprof record`.
+#[derive(Debug, Clone, Args)]
+pub struct RecordArgs {
+    /// Profile the kernel and its loaded modules, system-wide (symbols from /proc/kallsyms); needs CAP_PERFMON
+    /// or perf_event_paranoid <= 1. With a command, for as long as it runs; otherwise for --duration.
+    #[arg(short = 'k', long)]
+    pub kernel: bool,
+    /// With --kernel and no command: how long to profile, in seconds (default: until Ctrl-C).
+    #[arg(short = 'd', long, value_name = "S", value_parser = parse_duration)]
+    pub duration: Option<f64>,
+    /// Profiling options.
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    /// Output options.
+    #[command(flatten)]
+    pub output: OutputArgs,
+    /// The command to run and its arguments (after --).
+    #[arg(last = true, value_name = "CMD")]
+    pub command: Vec<String>,
+}
+
+/// `ntprof attach`.
+#[derive(Debug, Clone, Args)]
+pub struct AttachArgs {
+    /// The process to profile.
+    #[arg(short = 'p', long, value_name = "PID", value_parser = clap::value_parser!(u32).range(1..))]
+    pub pid: u32,
+    /// How long to profile, in seconds (default: until Ctrl-C or the process exits).
+    #[arg(short = 'd', long, value_name = "S", value_parser = parse_duration)]
+    pub duration: Option<f64>,
+    /// Profiling options.
+    #[command(flatten)]
+    pub profile: ProfileArgs,
+    /// Output options.
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 /// The options of `ntprof demo`.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Args)]
 pub struct DemoOptions {
-    /// How long the workload runs.
+    /// How long the workload runs, in seconds.
+    #[arg(short = 's', long, value_name = "S", default_value_t = 2.0, value_parser = parse_duration)]
     pub seconds: f64,
-    /// The interval to set before the profile starts, if any.
+    /// The source's interval (100 ns units for time sources, events otherwise); clamped into its limits.
+    #[arg(short = 'i', long, value_name = "I")]
     pub interval: Option<u32>,
-    /// `BucketSize` (log2 of the bucket size in bytes).
+    /// BucketSize: log2 of the bucket size in bytes, 2..=31.
+    #[arg(short = 'b', long, value_name = "B", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(2..=31))]
     pub bucket: u32,
-    /// Functions shown.
+    /// How many functions to show.
+    #[arg(short = 'n', long, value_name = "N", default_value_t = 15)]
     pub top: usize,
-    /// The profile source.
+    /// The profile source, by name or value.
+    #[arg(long, value_name = "SRC", default_value = "Timer", value_parser = parse_source_arg)]
     pub source: ProfileSource,
 }
 
-impl Default for DemoOptions {
-    fn default() -> Self {
-        DemoOptions {
-            seconds: 2.0,
-            interval: None,
-            bucket: 4,
-            top: 15,
-            source: ProfileSource::Time,
-        }
-    }
-}
+/// A processor list (`--cpus 0-3,6`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
 
-/// A bad command line: printed with a hint, exit code 2.
-#[derive(Debug)]
-pub struct UsageError(String);
-
-impl fmt::Display for UsageError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-fn usage(msg: impl Into<String>) -> UsageError {
-    UsageError(msg.into())
-}
-
-/// Parse the arguments after the program name.
-pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Command, UsageError> {
-    let mut it = args_into_strings(args)?.into_iter();
-    let Some(first) = it.next() else {
-        return Err(usage("no command given (expected 'demo' or 'sources')"));
-    };
-    match first.as_str() {
-        "-h" | "--help" => no_more(it, Command::Help(MAIN_HELP)),
-        "-V" | "--version" => no_more(it, Command::Version),
-        "help" => match it.next().as_deref() {
-            None => Ok(Command::Help(MAIN_HELP)),
-            Some("demo") => no_more(it, Command::Help(DEMO_HELP)),
-            Some("sources") => no_more(it, Command::Help(SOURCES_HELP)),
-            Some(other) => Err(usage(format!("no help for unknown command '{other}'"))),
-        },
-        "demo" => parse_demo(it),
-        "sources" => parse_sources(it),
-        other if other.starts_with('-') => Err(usage(format!(
-            "unknown option '{other}' before the command"
-        ))),
-        other => Err(usage(format!(
-            "unknown command '{other}' (expected 'demo' or 'sources')"
-        ))),
-    }
-}
-
-fn args_into_strings(args: impl IntoIterator<Item = OsString>) -> Result<Vec<String>, UsageError> {
-    args.into_iter()
-        .map(|a| {
-            a.into_string()
-                .map_err(|a| usage(format!("argument {a:?} is not valid UTF-8")))
-        })
-        .collect()
-}
-
-fn no_more(mut it: impl Iterator<Item = String>, cmd: Command) -> Result<Command, UsageError> {
-    match it.next() {
-        None => Ok(cmd),
-        Some(extra) => Err(usage(format!("unexpected argument '{extra}'"))),
-    }
-}
-
-fn parse_sources(it: impl Iterator<Item = String>) -> Result<Command, UsageError> {
-    let mut help = false;
-    for a in it {
-        match a.as_str() {
-            "-h" | "--help" => help = true,
-            other if other.starts_with('-') => {
-                return Err(usage(format!("unknown option '{other}' for 'sources'")));
-            }
-            other => {
-                return Err(usage(format!(
-                    "unexpected argument '{other}' for 'sources'"
-                )));
-            }
-        }
-    }
-    Ok(if help {
-        Command::Help(SOURCES_HELP)
-    } else {
-        Command::Sources
-    })
-}
-
-fn parse_demo(mut it: impl Iterator<Item = String>) -> Result<Command, UsageError> {
-    let mut opts = DemoOptions::default();
-    while let Some(arg) = it.next() {
-        // `--name=value` or `--name value`.
-        let (name, inline) = match arg.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
-            _ => (arg.clone(), None),
-        };
-        let mut value = |what: &str| -> Result<String, UsageError> {
-            match inline.clone().or_else(|| it.next()) {
-                Some(v) => Ok(v),
-                None => Err(usage(format!("option '{name}' needs a value ({what})"))),
-            }
-        };
-        match name.as_str() {
-            "-h" | "--help" => return Ok(Command::Help(DEMO_HELP)),
-            "-s" | "--seconds" => {
-                let v = value("seconds")?;
-                let s: f64 = v
-                    .parse()
-                    .map_err(|_| usage(format!("--seconds: '{v}' is not a number")))?;
-                if !(s.is_finite() && s > 0.0 && s <= 3600.0) {
-                    return Err(usage(format!(
-                        "--seconds: {v} is out of range (0 < S <= 3600)"
-                    )));
-                }
-                opts.seconds = s;
-            }
-            "-i" | "--interval" => {
-                let v = value("interval")?;
-                let i = parse_u64(&v)
-                    .and_then(|i| u32::try_from(i).ok())
-                    .ok_or_else(|| {
-                        usage(format!("--interval: '{v}' is not a 32-bit unsigned number"))
-                    })?;
-                opts.interval = Some(i);
-            }
-            "-b" | "--bucket" => {
-                let v = value("log2 of the bucket size")?;
-                let b = parse_u64(&v)
-                    .filter(|b| (2..=31).contains(b))
-                    .ok_or_else(|| {
-                        usage(format!("--bucket: '{v}' is not a BucketSize in 2..=31"))
-                    })?;
-                opts.bucket = b as u32;
-            }
-            "-n" | "--top" => {
-                let v = value("number of functions")?;
-                let n = parse_u64(&v)
-                    .filter(|n| *n >= 1)
-                    .and_then(|n| usize::try_from(n).ok())
-                    .ok_or_else(|| usage(format!("--top: '{v}' is not a positive number")))?;
-                opts.top = n;
-            }
-            "--source" => {
-                let v = value("source name or value")?;
-                opts.source = parse_source(&v).ok_or_else(|| {
-                    usage(format!(
-                        "--source: unknown source '{v}' (see 'ntprof sources')"
-                    ))
-                })?;
-            }
-            other if other.starts_with('-') => {
-                return Err(usage(format!("unknown option '{other}' for 'demo'")));
-            }
-            other => return Err(usage(format!("unexpected argument '{other}' for 'demo'"))),
-        }
-    }
-    Ok(Command::Demo(opts))
+/// A raw address range (`--range 0x400000-0x401000`), end exclusive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddrRange {
+    /// First address.
+    pub start: u64,
+    /// Exclusive end.
+    pub end: u64,
 }
 
 /// A decimal or `0x` hexadecimal number.
-fn parse_u64(s: &str) -> Option<u64> {
+pub fn parse_u64(s: &str) -> Option<u64> {
     let s = s.trim();
     match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
         Some(hex) => u64::from_str_radix(hex, 16).ok(),
@@ -282,40 +178,149 @@ pub fn parse_source(s: &str) -> Option<ProfileSource> {
     })
 }
 
+fn parse_source_arg(s: &str) -> Result<ProfileSource, String> {
+    parse_source(s)
+        .ok_or_else(|| format!("unknown source '{s}' (see 'ntprof sources' for the list)"))
+}
+
+fn parse_duration(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches('s')
+        .parse()
+        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
+    if v.is_finite() && v > 0.0 && v <= 86_400.0 {
+        Ok(v)
+    } else {
+        Err(format!("{s} is out of range (0 < S <= 86400)"))
+    }
+}
+
+/// `0-3,6,8-9`.
+pub fn parse_cpu_list(s: &str) -> Result<CpuList, String> {
+    let mut cpus = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        let bad = || format!("'{part}' is not a CPU number or a range like 0-3");
+        let (a, b) = match part.split_once('-') {
+            Some((a, b)) => (a, b),
+            None => (part, part),
+        };
+        let a: usize = a.trim().parse().map_err(|_| bad())?;
+        let b: usize = b.trim().parse().map_err(|_| bad())?;
+        if a > b || b >= 4096 {
+            return Err(format!(
+                "'{part}': a range must go upwards and stay below CPU 4096"
+            ));
+        }
+        cpus.extend(a..=b);
+    }
+    cpus.sort_unstable();
+    cpus.dedup();
+    Ok(CpuList(cpus))
+}
+
+/// `START-END`, hexadecimal (with or without `0x`), end exclusive and above the start.
+pub fn parse_range(s: &str) -> Result<AddrRange, String> {
+    let (a, b) = s
+        .split_once('-')
+        .ok_or_else(|| format!("'{s}' is not START-END (e.g. 0x400000-0x401000)"))?;
+    let hex = |t: &str| {
+        let t = t.trim();
+        u64::from_str_radix(
+            t.strip_prefix("0x")
+                .or_else(|| t.strip_prefix("0X"))
+                .unwrap_or(t),
+            16,
+        )
+        .map_err(|_| format!("'{t}' is not a hexadecimal address"))
+    };
+    let (start, end) = (hex(a)?, hex(b)?);
+    if end <= start {
+        return Err(format!(
+            "the range {s} is empty or goes backwards (END must be above START)"
+        ));
+    }
+    Ok(AddrRange { start, end })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory;
 
-    fn p(args: &[&str]) -> Result<Command, UsageError> {
-        parse(args.iter().map(OsString::from))
+    fn p(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("ntprof").chain(args.iter().copied()))
     }
 
     #[test]
-    fn demo_options() {
-        let Ok(Command::Demo(o)) = p(&[
-            "demo",
-            "--seconds=0.5",
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn record_options() {
+        let cli = p(&[
+            "record",
+            "--source",
+            "Timer,page-faults",
             "-i",
             "2000",
             "--bucket",
             "2",
+            "--cpus",
+            "0-1",
+            "--module",
+            "prog",
+            "--range",
+            "0x1000-0x2000",
             "--top",
-            "3",
-        ]) else {
-            panic!("demo options rejected");
+            "5",
+            "--",
+            "./prog",
+            "-x",
+        ])
+        .unwrap();
+        let Command::Record(r) = cli.command else {
+            panic!("not record")
         };
         assert_eq!(
-            (o.seconds, o.interval, o.bucket, o.top),
-            (0.5, Some(2000), 2, 3)
+            r.profile.sources,
+            vec![ProfileSource::Time, ProfileSource::PageFaults]
         );
-        assert!(p(&["demo", "--bucket", "32"]).is_err());
-        assert!(p(&["demo", "--seconds"]).is_err());
-        assert!(p(&["demo", "--bogus"]).is_err());
-        assert!(p(&[]).is_err());
-        assert!(matches!(
-            p(&["demo", "--help"]),
-            Ok(Command::Help(DEMO_HELP))
-        ));
+        assert_eq!((r.profile.interval, r.profile.bucket), (Some(2000), 2));
+        assert_eq!(r.profile.cpus, Some(CpuList(vec![0, 1])));
+        assert_eq!(
+            r.profile.ranges,
+            vec![AddrRange {
+                start: 0x1000,
+                end: 0x2000
+            }]
+        );
+        assert_eq!(r.output.top, 5);
+        assert_eq!(r.command, vec!["./prog", "-x"]);
+        let cli = p(&["record", "-s", "Timer", "-s", "page-faults", "--", "x"]).unwrap();
+        let Command::Record(r) = cli.command else {
+            panic!("not record")
+        };
+        assert_eq!(r.profile.sources.len(), 2);
+    }
+
+    #[test]
+    fn bad_options_are_usage_errors() {
+        for bad in [
+            &["record", "--bucket", "32", "--", "x"][..],
+            &["record", "--range", "0x2000-0x1000", "--", "x"],
+            &["record", "--range", "zz-0x10", "--", "x"],
+            &["record", "--cpus", "3-1", "--", "x"],
+            &["record", "--source", "nonsense", "--", "x"],
+            &["record", "--jitter", "91", "--", "x"],
+            &["attach", "--pid", "0"],
+            &["attach"],
+            &["bogus"],
+        ] {
+            let err = p(bad).expect_err(&format!("{bad:?} accepted"));
+            assert_eq!(err.exit_code(), 2, "{bad:?}");
+        }
     }
 
     #[test]

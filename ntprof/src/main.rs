@@ -1,24 +1,32 @@
 //! `ntprof`: a kernrate-like command-line profiler built on ntprofile's NT profile API.
 //!
-//! `ntprof demo` profiles a bundled workload over ntprof's own text and prints a symbolized report;
-//! `ntprof sources` lists the profile sources. Usage errors exit with code 2, run-time failures with 1.
+//! `ntprof record -- CMD` profiles a command from its first instruction to its exit, `ntprof attach --pid PID`
+//! a running process, `ntprof record --kernel` the kernel; `ntprof sources` lists the profile sources and
+//! `ntprof demo` profiles a bundled workload in-process. Usage errors exit with 2, run-time failures with 1,
+//! `record` with the command's own exit status (127 when it cannot be found).
 
 mod args;
+mod collect;
 mod demo;
 mod output;
 mod progress;
+mod record;
 mod report;
 mod sources;
 mod symbols;
+mod text;
 mod workload;
 
 use std::io::Write;
 use std::process::ExitCode;
 
-use args::Command;
+use clap::Parser;
+
+use args::{Cli, Command};
+use record::{Failure, Outcome};
 
 /// Write to stdout; a closed pipe (`ntprof sources | head`) is not an error.
-fn emit(text: &str) {
+fn print(text: &str) {
     let mut stdout = std::io::stdout().lock();
     let _ = stdout
         .write_all(text.as_bytes())
@@ -29,27 +37,39 @@ fn finish(result: Result<(), String>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
-            eprintln!("ntprof: {msg}");
+            eprintln!("ntprof: error: {msg}");
             ExitCode::FAILURE
         }
     }
 }
 
+/// Write the report of a run and end with its exit status.
+fn report(result: Result<Outcome, Failure>, out: &output::OutputArgs) -> ExitCode {
+    match result {
+        Ok(outcome) => {
+            if let Err(msg) = output::emit(&outcome.report, out) {
+                eprintln!("ntprof: error: {msg}");
+                return ExitCode::FAILURE;
+            }
+            if let Some(w) = outcome.warning {
+                eprintln!("ntprof: error: {w}");
+                return ExitCode::from(2);
+            }
+            ExitCode::from(outcome.exit)
+        }
+        Err(f) => {
+            eprintln!("ntprof: error: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    match args::parse(std::env::args_os().skip(1)) {
-        Ok(Command::Help(text)) => {
-            emit(text);
-            ExitCode::SUCCESS
-        }
-        Ok(Command::Version) => {
-            emit(&format!("ntprof {}\n", env!("CARGO_PKG_VERSION")));
-            ExitCode::SUCCESS
-        }
-        Ok(Command::Sources) => finish(sources::run().map(|text| emit(&text))),
-        Ok(Command::Demo(opts)) => finish(demo::run(&opts, &mut |text| emit(text))),
-        Err(err) => {
-            eprintln!("ntprof: error: {err}\nRun 'ntprof --help' for usage.");
-            ExitCode::from(2)
-        }
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Record(a) => report(record::record(&a), &a.output),
+        Command::Attach(a) => report(record::attach(&a), &a.output),
+        Command::Sources => finish(sources::run().map(|text| print(&text))),
+        Command::Demo(opts) => finish(demo::run(&opts, &mut |text| print(text))),
     }
 }

@@ -54,6 +54,22 @@ pub struct OutputArgs {
 
 /// Write every output that `args` asks for.
 pub fn emit(report: &Report, args: &OutputArgs) -> Result<(), String> {
-    let _ = (report, args);
-    Err("output formats are not written yet".into())
+    // Until the format work lands: the text report (or the JSON of the report) on stdout.
+    use std::io::Write;
+    let text = match args.format {
+        Some(Format::Json) => {
+            serde_json::to_string_pretty(report).map_err(|e| e.to_string())? + "\n"
+        }
+        _ => crate::text::render(report, args.top),
+    };
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(format!("cannot write the report: {e}"))
+        }
+        _ => Ok(()),
+    }
 }

@@ -51,6 +51,13 @@ pub struct RunInfo {
     pub bucket_log2: u32,
     /// How long after a module was mapped its profile was started, at most (the poll period), in milliseconds.
     pub module_poll_ms: f64,
+    /// Milliseconds spent symbolizing the report (symbol tables, DWARF, source lines).
+    #[serde(default)]
+    pub symbolize_ms: f64,
+    /// Remarks the reader needs to read the numbers right (what the profiles cannot see, how modules loaded at
+    /// startup were caught), one sentence each.
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 /// The results of one profile source.

@@ -129,6 +129,32 @@ fn read_direct(addr: usize, out: &mut [u8]) {
     unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len()) };
 }
 
+/// Read a NUL-terminated string at `addr` (without its NUL), at most `max` bytes before the NUL. Reads go page
+/// by page (4 KiB blocks never cross a page), so a string that ends just before unmapped memory is read whole.
+///
+/// # Errors
+/// `STATUS_ACCESS_VIOLATION` when `addr` is NULL or the string runs into unreadable memory,
+/// `STATUS_INVALID_PARAMETER` when no NUL comes within `max` bytes.
+pub(crate) fn read_cstr(addr: usize, max: usize) -> Result<Vec<u8>, NtStatus> {
+    const BLOCK: usize = 4096;
+    let mut out = Vec::new();
+    let mut at = addr;
+    loop {
+        let chunk = (BLOCK - at % BLOCK).min(max + 1 - out.len());
+        let mut buf = vec![0u8; chunk];
+        read_bytes(at, &mut buf)?;
+        if let Some(nul) = buf.iter().position(|&b| b == 0) {
+            out.extend_from_slice(&buf[..nul]);
+            return Ok(out);
+        }
+        out.extend_from_slice(&buf);
+        if out.len() > max {
+            return Err(NtStatus::INVALID_PARAMETER);
+        }
+        at = at.checked_add(chunk).ok_or(NtStatus::ACCESS_VIOLATION)?;
+    }
+}
+
 /// NT's `ProbeForWrite` of an out-value: read it and write the same bytes back (no visible change), or
 /// `STATUS_ACCESS_VIOLATION`.
 pub(crate) fn probe_write(addr: usize, len: usize) -> Result<(), NtStatus> {
@@ -158,5 +184,21 @@ mod tests {
         assert!(!is_writable(code, 4));
         assert!(is_readable(code, 4));
         assert_eq!(write_bytes(code, &[0]), Err(NtStatus::ACCESS_VIOLATION));
+    }
+
+    #[test]
+    fn c_strings() {
+        let text = b"libm.so.6\0";
+        assert_eq!(read_cstr(text.as_ptr() as usize, 64).unwrap(), b"libm.so.6");
+        assert_eq!(read_cstr(text.as_ptr() as usize, 9).unwrap(), b"libm.so.6");
+        assert_eq!(
+            read_cstr(text.as_ptr() as usize, 8),
+            Err(NtStatus::INVALID_PARAMETER)
+        );
+        assert_eq!(read_cstr(0, 64), Err(NtStatus::ACCESS_VIOLATION));
+        // A string across a 4 KiB boundary.
+        let mut long = vec![b'x'; 5000];
+        long.push(0);
+        assert_eq!(read_cstr(long.as_ptr() as usize, 8192).unwrap().len(), 5000);
     }
 }

@@ -1,0 +1,326 @@
+//! The text report: a header (what ran, the sources, the accounting), then per source kernrate's module table,
+//! the top functions with share and bar, and the hottest source lines with their text.
+//!
+//! A pure function of the [`Report`], so that `ntprof report FILE.json` renders a saved run the same way.
+
+use std::fmt::Write;
+
+use crate::report::{Report, SourceReport};
+
+/// Width of the bar at a 100 % share.
+const BAR_WIDTH: f64 = 30.0;
+
+fn pct(share: f64) -> String {
+    format!("{:.1}%", share * 100.0)
+}
+
+fn bar(share: f64) -> String {
+    let n = (share.clamp(0.0, 1.0) * BAR_WIDTH).round() as usize;
+    "#".repeat(n)
+}
+
+/// Shorten `s` to at most `max` characters, keeping its end (the informative part of paths and names).
+fn tail(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max {
+        s.to_string()
+    } else {
+        let skip = n - (max - 1);
+        format!("…{}", s.chars().skip(skip).collect::<String>())
+    }
+}
+
+/// Shorten `s` to at most `max` characters, keeping its start.
+fn head(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(max - 1).collect::<String>())
+    }
+}
+
+fn interval_text(s: &SourceReport) -> String {
+    if s.interval_unit == "100ns" {
+        format!(
+            "{} x 100 ns ({} us)",
+            s.interval,
+            f64::from(s.interval) / 10.0
+        )
+    } else {
+        format!("{} events", s.interval)
+    }
+}
+
+/// Render the report; `top` functions and `top` lines per source.
+pub fn render(report: &Report, top: usize) -> String {
+    let mut out = String::new();
+    let run = &report.run;
+    let what = match run.mode.as_str() {
+        "kernel" => "the kernel and its modules (system-wide)".to_string(),
+        _ if run.command.is_empty() => "-".to_string(),
+        _ => run.command.join(" "),
+    };
+    let _ = writeln!(out, "ntprof {}: {what}", run.mode);
+    if let Some(pid) = run.pid {
+        let _ = write!(out, "  pid {pid}, ");
+    } else {
+        out.push_str("  ");
+    }
+    let _ = write!(out, "ran {:.3} s", run.duration_s);
+    let _ = match (run.exit_status, run.ended_by.as_str()) {
+        (Some(st), _) if st > 128 => write!(out, ", killed by signal {} (status {st})", st - 128),
+        (Some(st), _) => write!(out, ", exited with status {st}"),
+        (None, "duration") => write!(out, ", ended after --duration"),
+        (None, "interrupted") => write!(out, ", ended by Ctrl-C"),
+        (None, "process-exited") => write!(out, ", ended when the process exited"),
+        (None, other) => write!(out, ", ended: {other}"),
+    };
+    let _ = writeln!(out, "; started {}", run.started_at);
+    let cpus = match &run.cpus {
+        None => "all".to_string(),
+        Some(list) => list
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+    };
+    let polling = if run.module_poll_ms > 0.0 {
+        format!("new modules looked for every {} ms", run.module_poll_ms)
+    } else {
+        "the modules loaded at the start".to_string()
+    };
+    let _ = writeln!(
+        out,
+        "  buckets {} bytes; processors {cpus}; {polling}; symbolized in {:.1} ms",
+        1u64 << run.bucket_log2.min(63),
+        run.symbolize_ms
+    );
+    for s in &report.sources {
+        let st = &s.stats;
+        let _ = writeln!(
+            out,
+            "  source {} ({:#x}): interval {}, {:.0} samples/s{}; samples {} = counted {} + outside {} + lost {}; \
+             throttled {}",
+            s.name,
+            s.value,
+            interval_text(s),
+            s.achieved_rate_hz,
+            if s.jitter_percent > 0 {
+                format!(", jitter +-{}%", s.jitter_percent)
+            } else {
+                String::new()
+            },
+            st.counted + st.outside + st.lost,
+            st.counted,
+            st.outside,
+            st.lost,
+            st.throttled
+        );
+    }
+    for note in &run.notes {
+        let _ = writeln!(out, "  note: {note}");
+    }
+
+    for s in &report.sources {
+        render_source(&mut out, s, top);
+    }
+    // Empty bars and text leave trailing blanks.
+    let mut trimmed: String = out
+        .lines()
+        .map(|l| l.trim_end().to_string() + "\n")
+        .collect();
+    trimmed.shrink_to_fit();
+    trimmed
+}
+
+fn render_source(out: &mut String, s: &SourceReport, top: usize) {
+    let total = s.stats.counted + s.stats.outside;
+    let _ = writeln!(
+        out,
+        "\n== {} ({} samples, each {} {}) ==",
+        s.name, total, s.sample_value, s.sample_unit
+    );
+    let _ = writeln!(
+        out,
+        "\n  {:<28} {:>9} {:>7}  {:>10}  path",
+        "Module", "Samples", "Share", "from (ms)"
+    );
+    for m in &s.modules {
+        let _ = writeln!(
+            out,
+            "  {:<28} {:>9} {:>7}  {:>10.1}  {}",
+            tail(&m.name, 28),
+            m.samples,
+            pct(m.share),
+            m.profiled_from_ms,
+            m.path
+        );
+    }
+    let outside_share = if total == 0 {
+        0.0
+    } else {
+        s.stats.outside as f64 / total as f64
+    };
+    let _ = writeln!(
+        out,
+        "  {:<28} {:>9} {:>7}",
+        "(outside every module)",
+        s.stats.outside,
+        pct(outside_share)
+    );
+    if s.stats.lost > 0 {
+        let _ = writeln!(out, "  {:<28} {:>9}", "(lost: ring full)", s.stats.lost);
+    }
+
+    if !s.functions.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n  {:>9} {:>7}  {:<36} Module",
+            "Samples", "Share", "Function"
+        );
+        for f in s.functions.iter().take(top) {
+            let _ = writeln!(
+                out,
+                "  {:>9} {:>7}  {:<36} {:<26} {}",
+                f.samples,
+                pct(f.share),
+                head(&f.name, 36),
+                tail(&f.module, 26),
+                bar(f.share)
+            );
+        }
+        if s.functions.len() > top {
+            let rest: u64 = s.functions.iter().skip(top).map(|f| f.samples).sum();
+            let _ = writeln!(
+                out,
+                "  {:>9} {:>7}  ({} more functions; --top N shows more)",
+                rest,
+                pct(if total == 0 {
+                    0.0
+                } else {
+                    rest as f64 / total as f64
+                }),
+                s.functions.len() - top
+            );
+        }
+    }
+
+    if !s.lines.is_empty() {
+        let _ = writeln!(
+            out,
+            "\n  {:>9} {:>7}  {:<20} {:<20} {:<26} source",
+            "Samples", "Share", "Line", "Function", "Module"
+        );
+        for l in s.lines.iter().take(top) {
+            let file = std::path::Path::new(&l.file)
+                .file_name()
+                .map_or(l.file.clone(), |f| f.to_string_lossy().into_owned());
+            let _ = writeln!(
+                out,
+                "  {:>9} {:>7}  {:<20} {:<20} {:<26} {}",
+                l.samples,
+                pct(l.share),
+                tail(&format!("{file}:{}", l.line), 20),
+                head(&l.function, 20),
+                tail(&l.module, 26),
+                l.text.as_deref().map(str::trim).unwrap_or("")
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::*;
+
+    pub(crate) fn sample_report() -> Report {
+        Report {
+            schema_version: SCHEMA_VERSION,
+            tool: "ntprof 0.1.0".into(),
+            run: RunInfo {
+                mode: "record".into(),
+                command: vec!["./prog".into(), "-x".into()],
+                pid: Some(42),
+                duration_s: 2.0,
+                started_at: "2026-01-01T00:00:00Z".into(),
+                exit_status: Some(139),
+                ended_by: "exited".into(),
+                cpus: None,
+                bucket_log2: 4,
+                module_poll_ms: 10.0,
+                symbolize_ms: 1.5,
+                notes: vec!["a note".into()],
+            },
+            sources: vec![SourceReport {
+                name: "Timer".into(),
+                value: 0,
+                interval: 10000,
+                interval_unit: "100ns".into(),
+                sample_value: 1_000_000,
+                sample_unit: "nanoseconds".into(),
+                achieved_rate_hz: 1000.0,
+                jitter_percent: 0,
+                stats: Stats {
+                    counted: 1900,
+                    outside: 100,
+                    lost: 3,
+                    throttled: 0,
+                },
+                modules: vec![ModuleReport {
+                    name: "prog".into(),
+                    path: "/tmp/prog".into(),
+                    build_id: None,
+                    start: 0x1000,
+                    end: 0x2000,
+                    file_offset: 0x1000,
+                    bias: 0,
+                    samples: 1900,
+                    share: 0.95,
+                    profiled_from_ms: 0.0,
+                }],
+                functions: vec![FunctionReport {
+                    module: "prog".into(),
+                    name: "hot".into(),
+                    address: 0x1100,
+                    size: 64,
+                    file: Some("prog.c".into()),
+                    line: Some(3),
+                    samples: 1200,
+                    share: 0.6,
+                }],
+                lines: vec![LineReport {
+                    module: "prog".into(),
+                    function: "hot".into(),
+                    file: "/src/prog.c".into(),
+                    line: 4,
+                    samples: 900,
+                    share: 0.45,
+                    text: Some("    x = x * 31;".into()),
+                }],
+                buckets: vec![],
+            }],
+        }
+    }
+
+    #[test]
+    fn renders_every_part() {
+        let text = render(&sample_report(), 10);
+        for want in [
+            "ntprof record: ./prog -x",
+            "pid 42",
+            "killed by signal 11 (status 139)",
+            "samples 2003 = counted 1900 + outside 100 + lost 3",
+            "interval 10000 x 100 ns (1000 us), 1000 samples/s",
+            "symbolized in 1.5 ms",
+            "note: a note",
+            "(outside every module)",
+            "60.0%",
+            "##################", // 60 % of 30
+            "prog.c:4",
+            "x = x * 31;",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+    }
+}
