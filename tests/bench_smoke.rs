@@ -23,8 +23,16 @@ fn lib_dir() -> PathBuf {
         .expect("libntprofile.so next to the test binary")
 }
 
+/// The `ntprof` binary of the same build, when the workspace built it (`cargo test` at the root does).
+fn ntprof() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let bin = exe.parent()?.parent()?.join("ntprof");
+    bin.is_file().then_some(bin)
+}
+
 #[test]
 fn the_suite_runs_every_sampler_and_renders() {
+    let ntprof = ntprof();
     let cfg = Config {
         rounds: 1,
         iters: 40_000_000,
@@ -39,6 +47,7 @@ fn the_suite_runs_every_sampler_and_renders() {
             },
         ],
         samplers: vec![
+            Sampler::NtprofRecord,
             Sampler::Ntprofile,
             Sampler::NtprofileTask,
             Sampler::Perf,
@@ -48,7 +57,7 @@ fn the_suite_runs_every_sampler_and_renders() {
         ],
         lib_dir: lib_dir(),
         repo: PathBuf::from(env!("CARGO_MANIFEST_DIR")),
-        ntprof: None,
+        ntprof: ntprof.clone(),
         label: "smoke".into(),
     };
     let res = harness::run(&cfg, false).expect("the suite runs");
@@ -73,6 +82,17 @@ fn the_suite_runs_every_sampler_and_renders() {
         assert!(hot >= 0.95 * m.run.sample_count(), "{hot} of {:?}", m.run.samples);
         let (pp, _, n) = res.pooled_error(&k).expect("error");
         assert!(n > 100.0 && pp < 15.0, "{t} thread(s): error {pp:.1} pp over {n} samples");
+        if ntprof.is_some() {
+            let k = Key {
+                sampler: Sampler::NtprofRecord,
+                ..k
+            };
+            let m = &res.runs[&k][0];
+            assert!(m.rate() > 5_000.0, "ntprof record's rate {:.0} Hz", m.rate());
+            let (pp, _, _) = res.pooled_error(&k).expect("error");
+            assert!(pp < 15.0, "ntprof record: error {pp:.1} pp");
+        }
+        assert!(res.failures.is_empty(), "{:?}", res.failures);
         // Every configuration ran and reported the truth.
         for (k, runs) in &res.runs {
             assert!(runs[0].run.truth.iter().all(|&x| x > 0.0), "{k:?}");

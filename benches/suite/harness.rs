@@ -299,9 +299,43 @@ fn parse_perf_report(text: &str) -> Result<([f64; NFUNC], f64, f64), String> {
     Ok((hot, total, lost.unwrap_or(0.0)))
 }
 
-/// Parse `ntprof record`'s report: samples per hot function, every sample, lost.
+/// Parse `ntprof record`'s text report: (samples per hot function, every sample, lost). It reads
+/// `samples N = counted C + outside O + lost L` and the function table's rows (`samples share% function module`).
 fn parse_ntprof(text: &str) -> Result<([f64; NFUNC], f64, f64), String> {
-    Err(format!("unrecognised ntprof report: {}", text.lines().next().unwrap_or("")))
+    let mut hot = [0.0; NFUNC];
+    let mut totals = None;
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if let Some(i) = f.iter().position(|w| *w == "samples")
+            && f.get(i + 2) == Some(&"=")
+            && totals.is_none()
+        {
+            let num = |k: &str| {
+                f.iter()
+                    .position(|w| *w == k)
+                    .and_then(|j| f.get(j + 1))
+                    .and_then(|v| v.trim_end_matches([';', ',']).parse::<f64>().ok())
+            };
+            if let (Some(c), Some(o), Some(l)) = (num("counted"), num("outside"), num("lost")) {
+                totals = Some((c + o, l));
+            }
+        }
+        if f.len() >= 4
+            && f[1].ends_with('%')
+            && let Some(i) = f[2].strip_prefix("hot").and_then(|d| d.parse::<usize>().ok())
+            && i < NFUNC
+            && let Ok(n) = f[0].parse::<f64>()
+        {
+            hot[i] += n;
+        }
+    }
+    let (total, lost) = totals.ok_or_else(|| {
+        format!(
+            "no `samples N = counted …` line in ntprof's report: {}",
+            text.lines().take(5).collect::<Vec<_>>().join(" / ")
+        )
+    })?;
+    Ok((hot, total, lost))
 }
 
 /// Everything needed to run configurations.
@@ -359,28 +393,28 @@ impl Runner<'_> {
             }
             Some(Sampler::NtprofRecord) => {
                 let ntprof = self.cfg.ntprof.as_ref().ok_or("no ntprof binary")?;
-                let report = self.dir.join("ntprof.txt");
                 let before = children_cpu_ns();
+                // Its report follows the program's output on stdout; ProfileTime's interval is in 100 ns units.
                 let out = output(
                     Command::new(ntprof)
-                        .args(["record", "--rate"])
-                        .arg(rate.to_string())
-                        .arg("-o")
-                        .arg(&report)
+                        .args(["record", "-q", "-i"])
+                        .arg((10_000_000 / rate).max(1).to_string())
                         .arg("--")
                         .arg(&self.exe)
                         .args(&args),
                 )?;
                 let after = children_cpu_ns();
-                let mut r = parse_workload(&String::from_utf8_lossy(&out.stdout))?;
-                let text =
-                    std::fs::read_to_string(&report).map_err(|e| format!("{report:?}: {e}"))?;
+                let text = String::from_utf8_lossy(&out.stdout);
+                let line = text
+                    .lines()
+                    .find(|l| l.starts_with("work_ns="))
+                    .ok_or("no workload line in ntprof's output")?;
+                let mut r = parse_workload(line)?;
                 let (hot, total, lost) = parse_ntprof(&text)?;
                 r.hot = hot;
                 r.samples = Some(total);
                 r.lost = Some(lost);
                 r.job_ns = after - before;
-                let _ = std::fs::remove_file(&report);
                 Ok(r)
             }
             _ => {
