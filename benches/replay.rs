@@ -44,7 +44,13 @@ fn recording() -> Recording {
         _ => {
             let (a, b) = (spin_a as *const () as u64, spin_b as *const () as u64);
             let ips: Vec<u64> = (0..10_000u64)
-                .map(|i| if i % 3 == 0 { b + (i * 4) % 64 } else { a + (i * 4) % 64 })
+                .map(|i| {
+                    if i % 3 == 0 {
+                        b + (i * 4) % 64
+                    } else {
+                        a + (i * 4) % 64
+                    }
+                })
                 .collect();
             Recording::from_ips(&ips)
         }
@@ -89,7 +95,11 @@ fn bench(c: &mut Criterion) {
         (1000, false),
     ] {
         let mut replay = Replay::new(&rec, &ranges(&ips, n, overlapping)).expect("replay");
-        let kind = if overlapping { "overlapping" } else { "disjoint" };
+        let kind = if overlapping {
+            "overlapping"
+        } else {
+            "disjoint"
+        };
         g.bench_function(BenchmarkId::new(format!("{n} profiles"), kind), |b| {
             b.iter(|| replay.run())
         });

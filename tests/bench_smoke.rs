@@ -79,16 +79,27 @@ fn the_suite_runs_every_sampler_and_renders() {
         );
         assert_eq!(m.run.lost, Some(0.0));
         let hot: f64 = m.run.hot.iter().sum();
-        assert!(hot >= 0.95 * m.run.sample_count(), "{hot} of {:?}", m.run.samples);
+        assert!(
+            hot >= 0.95 * m.run.sample_count(),
+            "{hot} of {:?}",
+            m.run.samples
+        );
         let (pp, _, n) = res.pooled_error(&k).expect("error");
-        assert!(n > 100.0 && pp < 15.0, "{t} thread(s): error {pp:.1} pp over {n} samples");
+        assert!(
+            n > 100.0 && pp < 15.0,
+            "{t} thread(s): error {pp:.1} pp over {n} samples"
+        );
         if ntprof.is_some() {
             let k = Key {
                 sampler: Sampler::NtprofRecord,
                 ..k
             };
             let m = &res.runs[&k][0];
-            assert!(m.rate() > 5_000.0, "ntprof record's rate {:.0} Hz", m.rate());
+            assert!(
+                m.rate() > 5_000.0,
+                "ntprof record's rate {:.0} Hz",
+                m.rate()
+            );
             let (pp, _, _) = res.pooled_error(&k).expect("error");
             assert!(pp < 15.0, "ntprof record: error {pp:.1} pp");
         }
@@ -106,7 +117,10 @@ fn the_suite_runs_every_sampler_and_renders() {
         "glibc sprofil()",
         "SIGPROF CPU timer",
     ] {
-        assert!(text.contains(needle), "BENCHMARKS.md lacks {needle}:\n{text}");
+        assert!(
+            text.contains(needle),
+            "BENCHMARKS.md lacks {needle}:\n{text}"
+        );
     }
 }
 
@@ -116,7 +130,8 @@ fn the_replay_counts_every_sample_once_per_covering_profile() {
     let ips: Vec<u64> = (0..1000u64).map(|i| 0x40_0000 + (i * 4) % 400).collect();
     let rec = Recording::from_ips(&ips);
     for (n, overlapping) in harness::REPLAY_CASES {
-        let mut r = Replay::new(&rec, &harness::replay_ranges(&ips, n, overlapping)).expect("replay");
+        let mut r =
+            Replay::new(&rec, &harness::replay_ranges(&ips, n, overlapping)).expect("replay");
         assert_eq!(r.run(), 1000);
         assert_eq!(r.run(), 1000, "the recording replays again");
         let stats = r.stats();
@@ -124,7 +139,9 @@ fn the_replay_counts_every_sample_once_per_covering_profile() {
         let expected = if overlapping { 2000 * n as u64 } else { 2000 };
         assert_eq!(counted, expected, "{n} profiles, overlapping {overlapping}");
         assert!(stats.iter().all(|s| s.counted + s.outside == 2000));
-        let counts: u64 = (0..n).map(|i| r.counts(i).iter().map(|&c| u64::from(c)).sum::<u64>()).sum();
+        let counts: u64 = (0..n)
+            .map(|i| r.counts(i).iter().map(|&c| u64::from(c)).sum::<u64>())
+            .sum();
         assert_eq!(counts, expected);
     }
 }

@@ -182,7 +182,10 @@ fn parse_workload(text: &str) -> Result<RunOut, String> {
     let mut kv = BTreeMap::new();
     for f in text.split_whitespace() {
         if let Some((k, v)) = f.split_once('=') {
-            kv.insert(k.to_string(), v.parse::<f64>().map_err(|e| format!("{f}: {e}"))?);
+            kv.insert(
+                k.to_string(),
+                v.parse::<f64>().map_err(|e| format!("{f}: {e}"))?,
+            );
         }
     }
     let get = |k: &str| {
@@ -287,10 +290,14 @@ fn parse_perf_report(text: &str) -> Result<([f64; NFUNC], f64, f64), String> {
         if f.len() < 3 || !f[0].ends_with('%') {
             continue;
         }
-        let n: f64 = f[1].parse().map_err(|_| format!("perf report line: {line}"))?;
+        let n: f64 = f[1]
+            .parse()
+            .map_err(|_| format!("perf report line: {line}"))?;
         total += n;
         let sym = f[f.len() - 1];
-        if let Some(i) = sym.strip_prefix("hot").and_then(|d| d.parse::<usize>().ok())
+        if let Some(i) = sym
+            .strip_prefix("hot")
+            .and_then(|d| d.parse::<usize>().ok())
             && i < NFUNC
         {
             hot[i] += n;
@@ -322,7 +329,9 @@ fn parse_ntprof(text: &str) -> Result<([f64; NFUNC], f64, f64), String> {
         }
         if f.len() >= 4
             && f[1].ends_with('%')
-            && let Some(i) = f[2].strip_prefix("hot").and_then(|d| d.parse::<usize>().ok())
+            && let Some(i) = f[2]
+                .strip_prefix("hot")
+                .and_then(|d| d.parse::<usize>().ok())
             && i < NFUNC
             && let Ok(n) = f[0].parse::<f64>()
         {
@@ -716,7 +725,10 @@ impl Results {
                     fmt_spread(spread(runs.iter().map(Measured::rate)), 0),
                     lost,
                     fmt_ns(spread(runs.iter().map(Measured::thread_cost))),
-                    if matches!(k.sampler, Sampler::Timer | Sampler::Profil | Sampler::Sprofil) {
+                    if matches!(
+                        k.sampler,
+                        Sampler::Timer | Sampler::Profil | Sampler::Sprofil
+                    ) {
                         "none".to_string()
                     } else if inproc {
                         format!(
@@ -840,8 +852,30 @@ pub fn loss_at_max(cfg: &Config, seconds: u64) -> Result<String, String> {
         }
         rate /= 2;
     }
-    let _ = std::fs::remove_dir_all(&dir);
     s.push_str(&verdict);
+    // The consumer in a long run at 10 kHz and at the maximum, every CPU busy: its CPU per sample once the
+    // per-run work (thread start, control messages) is spread over many samples.
+    let _ = writeln!(
+        s,
+        "\nThe consumer over the same {seconds}-s runs, {cpus} threads (its wake-ups are timed, about 10 a second \
+         of wall time, so its CPU per sample falls as the sampled threads get more of the CPUs):\n\n\
+         | requested (Hz) | samples | consumer CPU / sample | consumer wake-ups | per wake-up |\n|---|---|---|---|---|"
+    );
+    for rate in [10_000, max] {
+        let mut args = runner.workload_args("ntprofile", rate, cpus);
+        args[3] = format!("{seconds}s");
+        let out = output(Command::new(&runner.exe).args(&args))?;
+        let r = parse_workload(&String::from_utf8_lossy(&out.stdout))?;
+        let samples = r.samples.unwrap_or(0.0);
+        let _ = writeln!(
+            s,
+            "| {rate} | {samples:.0} | {:.0} ns | {:.0} | {:.1} µs |",
+            r.cons_ns / samples.max(1.0),
+            r.cons_switches,
+            r.cons_ns / r.cons_switches.max(1.0) / 1e3
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(s)
 }
 
@@ -895,11 +929,20 @@ pub fn latency(cfg: &Config, threads: &[u32], rounds: usize) -> Result<String, S
 }
 
 /// The replay configurations: (profiles, overlapping).
-pub const REPLAY_CASES: [(usize, bool); 5] =
-    [(1, true), (10, true), (10, false), (1000, true), (1000, false)];
+pub const REPLAY_CASES: [(usize, bool); 5] = [
+    (1, true),
+    (10, true),
+    (10, false),
+    (1000, true),
+    (1000, false),
+];
 
 /// `n` profiles over the span of `ips`: all of it each (overlapping), or `n` consecutive slices (disjoint).
-pub fn replay_ranges(ips: &[u64], n: usize, overlapping: bool) -> Vec<ntprofile::engine::replay::Range> {
+pub fn replay_ranges(
+    ips: &[u64],
+    n: usize,
+    overlapping: bool,
+) -> Vec<ntprofile::engine::replay::Range> {
     use ntprofile::engine::replay::Range;
     let lo = ips.iter().copied().min().unwrap_or(0) & !0xF;
     let hi = (ips.iter().copied().max().unwrap_or(0) + 16) & !0xF;
@@ -969,7 +1012,10 @@ pub fn record_ips(samples: u64) -> (Vec<u64>, bool) {
 pub fn replay_child(ips_file: &Path, n: usize, overlapping: bool, repeats: u32) {
     use ntprofile::engine::replay::{Recording, Replay};
     let text = std::fs::read_to_string(ips_file).expect("ips file");
-    let ips: Vec<u64> = text.split_whitespace().filter_map(|v| v.parse().ok()).collect();
+    let ips: Vec<u64> = text
+        .split_whitespace()
+        .filter_map(|v| v.parse().ok())
+        .collect();
     let rec = Recording::from_ips(&ips);
     let mut r = Replay::new(&rec, &replay_ranges(&ips, n, overlapping)).expect("replay");
     let mut total = 0;
@@ -1013,7 +1059,10 @@ pub fn replay_section(samples: u64) -> String {
     let ips_file = dir.join("ips.txt");
     let _ = std::fs::write(
         &ips_file,
-        ips.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("\n"),
+        ips.iter()
+            .map(|v| v.to_string())
+            .collect::<Vec<_>>()
+            .join("\n"),
     );
     let exe = std::env::current_exe().ok();
     let have_valgrind = Command::new("valgrind")
@@ -1054,7 +1103,10 @@ pub fn replay_section(samples: u64) -> String {
                         reps.to_string(),
                     ]
                 };
-                match (callgrind_ir(exe, &a(1), &dir), callgrind_ir(exe, &a(3), &dir)) {
+                match (
+                    callgrind_ir(exe, &a(1), &dir),
+                    callgrind_ir(exe, &a(3), &dir),
+                ) {
                     (Some(one), Some(three)) => {
                         format!("{:.1}", (three - one) / 2.0 / ips.len() as f64)
                     }
@@ -1066,7 +1118,11 @@ pub fn replay_section(samples: u64) -> String {
         let _ = writeln!(
             s,
             "| {n} | {} | {} | {instr} |",
-            if overlapping { "overlapping" } else { "disjoint" },
+            if overlapping {
+                "overlapping"
+            } else {
+                "disjoint"
+            },
             fmt_ns(spread(times))
         );
     }
@@ -1121,13 +1177,33 @@ pub fn checks(res: &Results) -> String {
                     fmt_spread(r, 2)
                 );
             }
-            let consumer = spread(res.runs[&ntp].iter().map(|m| m.side_cost(Sampler::Ntprofile)));
+            let consumer = spread(
+                res.runs[&ntp]
+                    .iter()
+                    .map(|m| m.side_cost(Sampler::Ntprofile)),
+            );
             let _ = writeln!(
                 s,
-                "- 10 kHz, {t} thread(s): consumer per sample = {} (target ≤ 100 ns: {})",
+                "- 10 kHz, {t} thread(s): consumer per sample, all its CPU time ÷ samples = {} with {:.0} wake-ups \
+                 per run (target ≤ 100 ns: {})",
                 fmt_ns(consumer),
+                median_of(spread(res.runs[&ntp].iter().map(|m| m.run.cons_switches))),
                 mark(median_of(consumer) <= 100.0)
             );
+            let slow = key(t, 100, Sampler::Ntprofile);
+            if let Some(low) = res.runs.get(&slow) {
+                // Same round, same run length: what the 10 kHz run's consumer spent beyond the 100 Hz run's
+                // (thread start, control messages and timed wake-ups are the same in both), per extra sample.
+                let marginal = spread(res.runs[&ntp].iter().zip(low).map(|(h, l)| {
+                    (h.run.cons_ns - l.run.cons_ns) / (h.run.sample_count() - l.run.sample_count())
+                }));
+                let _ = writeln!(
+                    s,
+                    "- 10 kHz, {t} thread(s): consumer's marginal cost per sample (10 kHz run − 100 Hz run of the \
+                     same round) = {}",
+                    fmt_ns(marginal)
+                );
+            }
         }
     }
     // Attribution within 2 σ at every rate (ntprofile), and against profil()/sprofil() at equal run time.

@@ -2,7 +2,8 @@
 //! the highest rate without loss; start and stop latency; the consumer's hot path in instructions. Writes
 //! `BENCHMARKS.md` at the repository root.
 //!
-//! Run: `cargo bench --bench suite` (about 10 minutes), or `cargo bench --bench suite -- --quick` (about two).
+//! Run: `cargo bench --bench suite` (about 10 minutes), or `cargo bench --bench suite -- --quick` (about three).
+//! `-- --out FILE` writes elsewhere; `-- --loss-only` and `-- --replay-only` run one section and print it.
 //! Needs gcc; `perf` for the `perf record` column and `valgrind` for instruction counts (each skipped with a
 //! note when missing); `ntprof record` is measured when the `ntprof` binary is built (`cargo build --release
 //! -p ntprof`).
@@ -38,7 +39,10 @@ fn ntprof() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let profile_dir = exe.parent()?.parent()?;
     let bin = profile_dir.join("ntprof");
-    let help = Command::new(&bin).args(["record", "--help"]).output().ok()?;
+    let help = Command::new(&bin)
+        .args(["record", "--help"])
+        .output()
+        .ok()?;
     help.status.success().then_some(bin)
 }
 
@@ -60,16 +64,30 @@ fn machine() -> String {
     let cpuinfo = read("/proc/cpuinfo");
     let model = cpuinfo
         .lines()
-        .find_map(|l| l.strip_prefix("model name").map(|r| r.trim_start_matches([' ', '\t', ':'])))
+        .find_map(|l| {
+            l.strip_prefix("model name")
+                .map(|r| r.trim_start_matches([' ', '\t', ':']))
+        })
         .unwrap_or("?")
         .to_string();
     let mem = read("/proc/meminfo")
         .lines()
         .next()
-        .map(|l| l.split_whitespace().nth(1).unwrap_or("0").parse::<f64>().unwrap_or(0.0) / 1048576.0)
+        .map(|l| {
+            l.split_whitespace()
+                .nth(1)
+                .unwrap_or("0")
+                .parse::<f64>()
+                .unwrap_or(0.0)
+                / 1048576.0
+        })
         .unwrap_or(0.0);
     let mut s = String::new();
-    let _ = writeln!(s, "- date: {} UTC", cmd_out("date", &["-u", "+%Y-%m-%d %H:%M"]));
+    let _ = writeln!(
+        s,
+        "- date: {} UTC",
+        cmd_out("date", &["-u", "+%Y-%m-%d %H:%M"])
+    );
     let _ = writeln!(
         s,
         "- machine: {} CPUs ({model}), {mem:.1} GiB; hardware PMU: {}",
@@ -93,7 +111,10 @@ fn machine() -> String {
     let _ = writeln!(
         s,
         "- tools: {}; {}; {}",
-        cmd_out("gcc", &["-dumpfullversion"]).lines().next().map_or("gcc ?".into(), |v| format!("gcc {v}")),
+        cmd_out("gcc", &["-dumpfullversion"])
+            .lines()
+            .next()
+            .map_or("gcc ?".into(), |v| format!("gcc {v}")),
         cmd_out("perf", &["--version"]),
         cmd_out("valgrind", &["--version"]),
     );
@@ -211,6 +232,13 @@ fn main() {
         ntprof,
         label: m.label.into(),
     };
+    if args.iter().any(|a| a == "--loss-only") {
+        match harness::loss_at_max(&cfg, m.loss_seconds) {
+            Ok(text) => println!("{text}"),
+            Err(e) => eprintln!("suite: {e}"),
+        }
+        return;
+    }
     if args.iter().any(|a| a == "--replay-only") {
         println!("{}", harness::replay_section(m.replay_samples));
         return;
@@ -225,7 +253,8 @@ fn main() {
         }
     };
     eprintln!("suite: highest rate without loss …");
-    let loss = harness::loss_at_max(&cfg, m.loss_seconds).unwrap_or_else(|e| format!("not measured: {e}\n"));
+    let loss = harness::loss_at_max(&cfg, m.loss_seconds)
+        .unwrap_or_else(|e| format!("not measured: {e}\n"));
     eprintln!("suite: start and stop latency …");
     let lat = harness::latency(&cfg, &m.latency_threads, m.latency_rounds)
         .unwrap_or_else(|e| format!("not measured: {e}\n"));

@@ -62,11 +62,11 @@ impl Fill {
 /// [`DRAIN_INTERVAL_MS`, `BUSY_DRAIN_INTERVAL_MS`].
 pub(crate) fn busy_timeout(fill: Fill, elapsed_ms: u64) -> i32 {
     let target = fill.ring_bytes / DRAIN_TARGET_DIVISOR;
-    let ms = if fill.bytes == 0 {
-        u64::MAX
-    } else {
-        elapsed_ms.max(1).saturating_mul(target) / fill.bytes
-    };
+    let ms = elapsed_ms
+        .max(1)
+        .saturating_mul(target)
+        .checked_div(fill.bytes)
+        .unwrap_or(u64::MAX);
     ms.clamp(DRAIN_INTERVAL_MS as u64, BUSY_DRAIN_INTERVAL_MS as u64) as i32
 }
 
@@ -226,7 +226,10 @@ pub(crate) struct ReplayStream(CStream);
 
 impl ReplayStream {
     /// A stream of `rings` (CPU, ring) with `profiles` started on it (each counting on the given CPUs).
-    pub(crate) fn new(rings: Vec<(usize, Ring)>, profiles: &[(Arc<ProfileCore>, CpuSet)]) -> ReplayStream {
+    pub(crate) fn new(
+        rings: Vec<(usize, Ring)>,
+        profiles: &[(Arc<ProfileCore>, CpuSet)],
+    ) -> ReplayStream {
         let mut s = CStream {
             id: 0,
             rings: rings

@@ -40,7 +40,11 @@ impl Recording {
     ///
     /// # Errors
     /// The errno of `perf_event_open(2)`, `mmap(2)` or the enabling ioctl.
-    pub fn record(period_ns: u64, data_pages: usize, work: impl FnOnce()) -> Result<Recording, i32> {
+    pub fn record(
+        period_ns: u64,
+        data_pages: usize,
+        work: impl FnOnce(),
+    ) -> Result<Recording, i32> {
         let params = EventParams {
             spec: ProfileSource::Time.perf_event().ok_or(libc::ENOENT)?,
             period: period_ns,
@@ -88,9 +92,8 @@ impl Recording {
         let mut ips = Vec::new();
         let mut pos = 0;
         while pos + 16 <= self.bytes.len() {
-            let w = |at: usize| {
-                u64::from_ne_bytes(self.bytes[at..at + 8].try_into().expect("8 bytes"))
-            };
+            let w =
+                |at: usize| u64::from_ne_bytes(self.bytes[at..at + 8].try_into().expect("8 bytes"));
             let header = w(pos);
             let size = (header >> 48) as usize;
             if size < 8 {
@@ -149,7 +152,8 @@ impl Replay {
         let mut started = Vec::with_capacity(ranges.len());
         for r in ranges {
             let counters = crate::buckets::counters_needed(r.size, r.bucket_size);
-            let buffer = u32::try_from(counters.max(1) * 4).map_err(|_| NtStatus::INVALID_PARAMETER)?;
+            let buffer =
+                u32::try_from(counters.max(1) * 4).map_err(|_| NtStatus::INVALID_PARAMETER)?;
             let layout = check_layout(r.base, r.size, r.bucket_size, buffer)?;
             let storage = CounterStorage::Owned(
                 (0..counters.max(1))
