@@ -1,4 +1,4 @@
-//! From the profiles of a run to a [`Report`]: accounting, symbolization, aggregation by module, function and
+//! From the profiles of a run to a [`Report`](crate::report::Report): accounting, symbolization, aggregation by module, function and
 //! source line.
 //!
 //! Every source has one coarse profile over the whole address space of interest (started first, stopped last)

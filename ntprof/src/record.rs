@@ -141,6 +141,8 @@ struct Recorder {
     seen: BTreeSet<String>,
     /// The `--module` names that matched a mapping.
     matched: HashSet<String>,
+    /// Modules that appeared during the run and could not be profiled (the run goes on without them).
+    problems: Vec<String>,
 }
 
 /// The short name of a module path.
@@ -233,6 +235,7 @@ impl Recorder {
             known: HashSet::new(),
             seen: BTreeSet::new(),
             matched: HashSet::new(),
+            problems: Vec::new(),
         };
         for s in &rec.sources {
             s.coarse
@@ -344,6 +347,16 @@ impl Recorder {
             Ok(maps) => self.add_mappings(&maps),
             // The process is gone (or going): nothing new to profile.
             Err(_) => Ok(0),
+        }
+    }
+
+    /// Poll while the program runs: a module that cannot be profiled now (descriptors or ring memory
+    /// exhausted, say) is reported in the notes, and the run goes on; its samples count as outside.
+    fn poll_during_run(&mut self) {
+        if let Err(f) = self.poll_maps() {
+            if self.problems.len() < 10 {
+                self.problems.push(f.message.replace('\n', " "));
+            }
         }
     }
 
@@ -512,7 +525,11 @@ fn spawn_error(cmd: &str, err: &std::io::Error) -> Failure {
     match err.kind() {
         std::io::ErrorKind::NotFound => Failure::new(
             EXIT_NOT_FOUND,
-            format!("{cmd}: command not found (give a path, e.g. ./{cmd}, or check $PATH)"),
+            if cmd.contains('/') {
+                format!("{cmd}: no such file")
+            } else {
+                format!("{cmd}: command not found (give a path, e.g. ./{cmd}, or check $PATH)")
+            },
         ),
         std::io::ErrorKind::PermissionDenied => Failure::new(
             EXIT_NOT_EXECUTABLE,
@@ -548,10 +565,20 @@ fn finish_report(
 }
 
 fn user_notes(rec: &Recorder, poll_ms: u64, entry_breakpoint: Option<bool>) -> Vec<String> {
-    let mut notes = vec![format!(
+    let mut notes: Vec<String> = rec
+        .problems
+        .iter()
+        .map(|p| {
+            format!(
+                "a module mapped during the run was not profiled (its samples are outside): {p}"
+            )
+        })
+        .collect();
+    notes.push(
         "user-space profiles: time the program spent in the kernel (system calls, page faults) is not \
          sampled here; 'ntprof record --kernel' profiles the kernel side"
-    )];
+            .to_string(),
+    );
     match entry_breakpoint {
         Some(true) => notes.push(
             "the executable and the dynamic loader were profiled from the first instruction, the libraries \
@@ -676,7 +703,7 @@ pub fn record(args: &RecordArgs) -> Result<Outcome, Failure> {
                 let _ = kill(pid, sig);
             }
         }
-        rec.poll_maps()?;
+        rec.poll_during_run();
         if last_progress.elapsed() >= PROGRESS_EVERY {
             progress.update(t0.elapsed(), &rec.progress());
             last_progress = Instant::now();
@@ -755,7 +782,7 @@ fn wait_run(
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok("duration");
         }
-        rec.poll_maps()?;
+        rec.poll_during_run();
         if last_progress.elapsed() >= PROGRESS_EVERY {
             progress.update(rec.t0.elapsed(), &rec.progress());
             last_progress = Instant::now();

@@ -10,6 +10,8 @@ use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
 use serde_json::Value;
 
 const NTPROF: &str = env!("CARGO_BIN_EXE_ntprof");
@@ -122,6 +124,17 @@ fn programs() -> &'static Programs {
             ],
             &dir,
         );
+        gcc(
+            &[
+                "-O2",
+                "-g",
+                "-pthread",
+                "-o",
+                &format!("{d}/threads"),
+                &s("threads.c"),
+            ],
+            &dir,
+        );
         // Copies stripped of debug information (symbol tables kept) and of everything.
         for (sub, flag) in [("nodebug", "--strip-debug"), ("stripped", "--strip-all")] {
             let sd = dir.join(sub);
@@ -169,9 +182,7 @@ fn ntprof_as(args: &[&str], limit: Duration, unprivileged: bool) -> Output {
     match rx.recv_timeout(limit) {
         Ok(out) => out.expect("wait for ntprof"),
         Err(_) => {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
             panic!("ntprof {args:?} ran longer than {limit:?}");
         }
     }
@@ -765,5 +776,85 @@ fn readme_demo_shows_the_designed_shares() {
             .as_f64()
             .unwrap()
             > 0.0
+    );
+}
+
+/// SIGINT to ntprof: `record` forwards it to the command (which dies of it: 130), `attach` ends and reports.
+#[test]
+fn sigint_is_forwarded_by_record_and_ends_attach() {
+    let split = programs().path("split");
+    let start = |args: &[&str]| {
+        Command::new(NTPROF)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let interrupt = |child: &std::process::Child| {
+        std::thread::sleep(Duration::from_millis(1000));
+        kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    };
+    let rec = start(&[
+        "record",
+        "--format",
+        "json",
+        "--",
+        split.to_str().unwrap(),
+        "30",
+    ]);
+    interrupt(&rec);
+    let r = report(&rec.wait_with_output().unwrap(), 130);
+    assert_eq!(r["run"]["exit_status"], 130);
+
+    let mut target = spawn_split("30");
+    std::thread::sleep(Duration::from_millis(100));
+    let att = start(&[
+        "attach",
+        "--format",
+        "json",
+        "--pid",
+        &target.id().to_string(),
+    ]);
+    interrupt(&att);
+    let out = att.wait_with_output().unwrap();
+    let _ = target.kill();
+    let _ = target.wait();
+    let r = report(&out, 0);
+    assert_eq!(r["run"]["ended_by"], "interrupted");
+    assert!(function_samples(source(&r, "Timer"), "exe_hot") > 0);
+}
+
+/// Every thread is profiled, those created after the start too: the samples match the process's CPU time.
+#[test]
+fn threads_created_later_are_profiled() {
+    let prog = programs().path("threads");
+    let out = ntprof(&[
+        "record",
+        "--format",
+        "json",
+        "-i",
+        "5000",
+        "--",
+        prog.to_str().unwrap(),
+        "0.5",
+    ]);
+    let r = report(&out, 0);
+    let err = stderr(&out);
+    let cpu_ms: f64 = err
+        .split("cpu_ms=")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no cpu_ms: {err}"));
+    let s = source(&r, "Timer");
+    check_accounting(s);
+    let hot = function_samples(s, "thread_hot") as f64;
+    // One sample per 500 us of CPU time; the workers run nearly all of it.
+    let expected = cpu_ms / 0.5;
+    eprintln!("thread_hot {hot} samples, {expected:.0} expected from {cpu_ms} ms of CPU time");
+    assert!(
+        hot > 0.8 * expected && hot < 1.1 * expected,
+        "{hot} vs {expected:.0}"
     );
 }
