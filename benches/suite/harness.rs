@@ -1303,5 +1303,44 @@ pub fn document(
     s.push_str(latency);
     s.push_str("\n## The consumer's hot path, replayed\n\n");
     s.push_str(replay);
+    s.push_str(LIMITS);
     s
 }
+
+/// What limits each figure (the reasoning behind the tables above).
+const LIMITS: &str = "
+## What limits each figure
+
+- **Cost on the profiled threads.** Every `cpu-clock` or `task-clock` sample is an hrtimer interrupt on the
+  sampled thread's CPU and the re-arming of that timer; in a virtual machine both are VM exits. That path is the
+  kernel's, the same for ntprofile and `perf record`, so the ratio between them stays near 1: the bytes written
+  per sample (16 for ntprofile's IP-only records, more for perf's IP, TID, time and period) are a small part of
+  it. The rows at the kernel's maximum rate, where sampling is most of the CPU time, measure it best; at 10 kHz
+  the extra CPU is a few per cent of a run and the rounds' spread shows the machine's noise. `task-clock`
+  samples through the same hrtimer code as `cpu-clock` (only how the count advances differs), so it costs the
+  same within the noise (the ratio rows above): switching `ProfileTime` to it would buy nothing measurable
+  here (on the per-CPU streams of system-wide profiles it would measure the same thing as `cpu-clock`). Getting under the kernel's timer path needs a different source:
+  a hardware PMU's overflow interrupt (no timer to re-arm; none on this machine), or fewer samples. POSIX
+  CPU-time timers and glibc's `profil()`/`sprofil()` are cheaper per sample only because they cannot go fast:
+  they expire on the scheduler tick (the timer's achieved rate and overruns above show the tick rate).
+- **The consumer.** Its CPU is nearly all timed wake-ups (about 10 a second of wall time while samples flow,
+  tens of microseconds each on this VM, see the long runs) plus the replayed per-sample cost (nanoseconds). Per
+  sample it is below 100 ns when the sampled threads run for most of the wall time; on a loaded machine, where
+  they get a fraction of a CPU, the same wake-ups are spread over fewer samples. Fewer wake-ups would need a
+  longer cadence (counts in the caller's buffer later than 100 ms) or wake-ups left to the ring's watermark alone.
+- **Lost samples.** Each CPU's ring is 256 KiB (16,384 IP-only samples); at the kernel's maximum rate the
+  consumer drains it at least every 20 ms (2,000 samples), and the watermark wakes it at a quarter full. The
+  rate is limited first by the kernel: `kernel.perf_event_max_sample_rate`, `cpu-clock`'s 10 µs hrtimer floor,
+  and its throttling when sampling takes more than `kernel.perf_cpu_time_max_percent` of a CPU.
+- **Attribution error.** Binomial: it shrinks as 1/√N with the samples taken, so at equal run time a sampler
+  that reaches 10 kHz is ten times as precise as one held to 100 Hz. glibc's `sprofil()` also updates its
+  counters from a signal handler that is not safe against two threads at once.
+- **Start and stop.** A start opens one event per thread and CPU (with `inherit` for threads created later),
+  maps one ring per CPU and redirects the other events to it; it grows with the threads. A stop disables,
+  drains and acknowledges through the consumer thread, so on a loaded machine it includes waiting for that
+  thread to be scheduled.
+- **Whole job.** `perf record` starts by reading the system's symbols and mappings and `perf report` parses
+  everything recorded: a large fixed cost that dominates short runs, plus several microseconds per sample.
+  ntprofile's whole job is the profiled threads' cost plus the consumer's; `ntprof record` adds symbolization
+  once per run.
+";
