@@ -249,7 +249,8 @@ pub fn build_workload(cfg: &Config, dir: &Path) -> Result<PathBuf, String> {
     rpath.push(&cfg.lib_dir);
     output(
         Command::new("gcc")
-            .args(["-O2", "-g", "-Wall", "-Wextra", "-Werror", "-I"])
+            // Warnings are shown, not fatal: a newer gcc's new warning must not stop the suite or its smoke test.
+            .args(["-O2", "-g", "-Wall", "-Wextra", "-I"])
             .arg(cfg.repo.join("include"))
             .arg(cfg.repo.join("benches/suite/workload.c"))
             .arg("-o")
