@@ -579,12 +579,14 @@ fn run_in(cfg: &Config, dir: &Path, progress: bool, started: Instant) -> Result<
                 // A peer that fails (glibc's samplers are not all thread-safe) is noted, not fatal.
                 match runner.run(Some(k.sampler), k.rate, g.threads) {
                     Ok(r) => done.push((k, r)),
+                    // Without the scratch directory's path: the report names nothing outside the repository.
                     Err(e) => res.failures.push(format!(
-                        "round {}: {} at {} Hz, {} thread(s): {e}",
+                        "round {}: {} at {} Hz, {} thread(s): {}",
                         round + 1,
                         k.sampler.name(),
                         k.rate,
-                        k.threads
+                        k.threads,
+                        e.replace(&format!("{}/", dir.display()), "")
                     )),
                 }
             }
