@@ -2,7 +2,7 @@
  * conformance.c -- the NT profile API's statuses and their precedence, checked from C through ntprofile.h,
  * with calls written the way Windows code makes them.
  *
- * The contract is the project's spec/nt-profile-api.md: section 3 (NtCreateProfile / NtCreateProfileEx checks,
+ * The contract is docs/api.md: section 3 (NtCreateProfile / NtCreateProfileEx checks,
  * in order), section 5 (start, stop, close) and section 6 (intervals). Every check prints one line; the last
  * line is "N passed, M failed" and the exit status is non-zero when anything failed.
  *

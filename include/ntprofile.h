@@ -7,9 +7,14 @@
  *
  * Exported calls: NtCreateProfile, NtCreateProfileEx, NtOpenProcess, NtStartProfile, NtStopProfile,
  * NtSetIntervalProfile, NtQueryIntervalProfile, NtClose, each with its Zw alias; and the extensions
- * NtprofileQueryStatistics, NtprofileQuerySources, NtprofileRegisterSource and NtprofileSetSourceJitter.
+ * NtprofileQueryStatistics, NtprofileQuerySources, NtprofileRegisterSource, NtprofileSetSourceJitter and
+ * NtprofileStatusMessage.
  *
- * Deliberate divergences from Windows (Linux forces them; see the project's spec/linux-mapping.md, section 3):
+ * Documentation in the source tree: docs/api.md is the contract (every call, its checks in order and their
+ * statuses, the bucket rule, intervals, sources, the extensions); docs/linux-mapping.md says how each call maps
+ * onto perf_event and why the divergences below exist.
+ *
+ * Deliberate divergences from Windows (Linux forces them; see docs/linux-mapping.md, "Deliberate divergences"):
  *
  *  1. Global profiles (Process == NULL) always need the system-profile privilege, whatever ProfileBase is. On
  *     Linux that privilege is CAP_PERFMON, CAP_SYS_ADMIN or kernel.perf_event_paranoid <= 0; without it the
@@ -256,6 +261,96 @@ typedef struct _NTPROFILE_SOURCE_INFO {
 } NTPROFILE_SOURCE_INFO, *PNTPROFILE_SOURCE_INFO;
 
 /* ------------------------------------------------------------------------------------------------------------
+ * For code ported from Windows: names it gets from <windows.h>, <ntstatus.h> and <evntrace.h>.
+ *
+ * Each is skipped when the program already has it, so that a port that defines them elsewhere still compiles:
+ *  - a status macro, when that macro is already defined;
+ *  - the base types and PROFILE_SOURCE_INFO, all together, when NTPROFILE_NO_WINDOWS_TYPES is defined before
+ *    the include, or when a Windows-style <windef.h> or <minwindef.h> (mingw, Wine) was included first
+ *    (_WINDEF_, _MINWINDEF_);
+ *  - each base type on its own, when the program made its name a macro (#define DWORD uint32_t).
+ * When the header declares the base types it defines NTPROFILE_WINDOWS_TYPES, which a program's own definitions
+ * after the include can test. Widths are Windows': DWORD is 32 bits (not a C unsigned long on LP64), BOOL an int.
+ */
+#ifndef STATUS_UNSUCCESSFUL
+#define STATUS_UNSUCCESSFUL ((NTSTATUS)0xC0000001L)
+#endif
+#ifndef STATUS_NO_MEMORY
+#define STATUS_NO_MEMORY ((NTSTATUS)0xC0000017L)
+#endif
+
+#if !defined(NTPROFILE_NO_WINDOWS_TYPES) && !defined(_WINDEF_) && !defined(_MINWINDEF_)
+#define NTPROFILE_WINDOWS_TYPES 1
+#ifndef BYTE
+typedef unsigned char BYTE;
+#endif
+#ifndef PBYTE
+typedef BYTE *PBYTE;
+#endif
+#ifndef LPBYTE
+typedef BYTE *LPBYTE;
+#endif
+#ifndef WORD
+typedef uint16_t WORD;
+#endif
+#ifndef PWORD
+typedef WORD *PWORD;
+#endif
+#ifndef DWORD
+typedef uint32_t DWORD;
+#endif
+#ifndef PDWORD
+typedef DWORD *PDWORD;
+#endif
+#ifndef LPDWORD
+typedef DWORD *LPDWORD;
+#endif
+#ifndef DWORD64
+typedef uint64_t DWORD64;
+#endif
+#ifndef DWORD_PTR
+typedef ULONG_PTR DWORD_PTR;
+#endif
+#ifndef BOOL
+typedef int BOOL;
+#endif
+#ifndef PBOOL
+typedef BOOL *PBOOL;
+#endif
+#ifndef LPBOOL
+typedef BOOL *LPBOOL;
+#endif
+#ifndef INT
+typedef int INT;
+#endif
+#ifndef PINT
+typedef INT *PINT;
+#endif
+#ifndef UINT
+typedef unsigned int UINT;
+#endif
+#ifndef PUINT
+typedef UINT *PUINT;
+#endif
+#ifndef LPVOID
+typedef void *LPVOID;
+#endif
+#ifndef LPCVOID
+typedef const void *LPCVOID;
+#endif
+#endif /* NTPROFILE_NO_WINDOWS_TYPES, _WINDEF_, _MINWINDEF_ */
+
+/* PROFILE_SOURCE_INFO is the name Windows gives an entry of its profile-source listing (<evntrace.h>, filled by
+ * TraceQueryInformation(TraceProfileSourceListInfo)). Here the name stands for this library's listing entry,
+ * NTPROFILE_SOURCE_INFO, filled by NtprofileQuerySources. Its fields differ from Windows' (a fixed 192-byte
+ * record: no NextEntryOffset; MinimumInterval/MaximumInterval; a char Name instead of the WCHAR Description), so
+ * code that reads Windows' fields fails to compile instead of misreading memory. Skipped with the base types, and
+ * when Windows' <evntrace.h> (_EVNTRACE_) was included first. */
+#if !defined(NTPROFILE_NO_WINDOWS_TYPES) && !defined(_EVNTRACE_)
+typedef NTPROFILE_SOURCE_INFO PROFILE_SOURCE_INFO, *PPROFILE_SOURCE_INFO;
+#endif
+
+/* ------------------------------------------------------------------------------------------------------------
  * Layout checks: the library reads and writes these exact widths.
  */
 #if defined(__cplusplus) && __cplusplus >= 201103L
@@ -439,6 +534,12 @@ static_assert(offsetof(NTPROFILE_MODULE_INFO, FullPathName) == 40, "ntprofile_mo
 _Static_assert(sizeof(NTPROFILE_MODULE_INFO) == 296, "ntprofile_module_info_size");
 _Static_assert(offsetof(NTPROFILE_MODULE_INFO, FullPathName) == 40, "ntprofile_module_info_path");
 #endif
+
+/* NtprofileStatusMessage (ntprofile extension) -- what a status means: a static NUL-terminated sentence that
+ * starts with the status's NT name, e.g. "STATUS_BUFFER_TOO_SMALL: the buffer cannot hold one ULONG counter per
+ * bucket of the range (or the listing)". The same text the Rust API's errors give. A value the library does not
+ * define gets a generic text for its severity; the result is never NULL and must not be freed or modified. */
+NTSYSCALLAPI const char *NTAPI NtprofileStatusMessage(NTSTATUS Status);
 
 #ifdef __cplusplus
 }

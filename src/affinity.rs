@@ -1,17 +1,65 @@
 //! Processor sets: `KAFFINITY` and `GROUP_AFFINITY` ↔ Linux CPU numbers.
 //!
 //! Active processors are the online CPUs (`/sys/devices/system/cpu/online`); processor group `g` is CPUs
-//! `64·g … 64·g+63` (`../shared/spec/linux-mapping.md` section 1).
+//! `64·g … 64·g+63` (`docs/linux-mapping.md`, "What stands for what").
 
 use crate::status::NtStatus;
 
 /// Processors in one group, as on 64-bit Windows.
+///
+/// ```
+/// assert_eq!(ntprofile::affinity::GROUP_SIZE, 64);
+/// ```
 pub const GROUP_SIZE: usize = 64;
 
 /// A set of CPU numbers (a bitmap of 64-bit words, one word per processor group).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+///
+/// Equality and hashing are those of the set: trailing zero words (left by an intersection, say) do not matter.
+///
+/// ```
+/// use ntprofile::CpuSet;
+///
+/// let mut set = CpuSet::from_cpus([0, 2]);
+/// set.insert(65); // group 1
+/// assert!(set.contains(2) && !set.contains(1));
+/// assert_eq!(set.len(), 3);
+/// assert_eq!(set.group_mask(0), 0b101);
+/// assert_eq!(set.group_mask(1), 0b10);
+/// assert_eq!(set.iter().collect::<Vec<_>>(), [0, 2, 65]);
+/// assert!(CpuSet::from_cpus([2]).is_subset(&set));
+/// assert_eq!(set.intersection(&CpuSet::from_cpus([2, 3])), CpuSet::from_cpus([2]));
+/// assert_eq!(CpuSet::new().union(&set), set);
+/// assert!(CpuSet::new().is_empty());
+/// ```
+#[derive(Clone, Debug, Default)]
 pub struct CpuSet {
     words: Vec<u64>,
+}
+
+impl CpuSet {
+    /// The words up to the last non-zero one: the canonical form equality and hashing use.
+    fn significant(&self) -> &[u64] {
+        let n = self
+            .words
+            .iter()
+            .rposition(|w| *w != 0)
+            .map_or(0, |i| i + 1);
+        &self.words[..n]
+    }
+}
+
+impl PartialEq for CpuSet {
+    fn eq(&self, other: &CpuSet) -> bool {
+        self.significant() == other.significant()
+    }
+}
+
+impl Eq for CpuSet {}
+
+impl std::hash::Hash for CpuSet {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.significant().hash(state);
+    }
 }
 
 impl CpuSet {
@@ -102,6 +150,14 @@ impl CpuSet {
 }
 
 /// Parse a kernel CPU list such as `0-3,8,10-11`.
+///
+/// ```
+/// use ntprofile::CpuSet;
+/// use ntprofile::affinity::parse_cpu_list;
+///
+/// assert_eq!(parse_cpu_list("0-2,5"), Some(CpuSet::from_cpus([0, 1, 2, 5])));
+/// assert_eq!(parse_cpu_list("3-1"), None);
+/// ```
 pub fn parse_cpu_list(text: &str) -> Option<CpuSet> {
     let mut set = CpuSet::new();
     for part in text.trim().split(',').filter(|p| !p.is_empty()) {
@@ -120,9 +176,13 @@ pub fn parse_cpu_list(text: &str) -> Option<CpuSet> {
 }
 
 /// The online CPUs now (read at each call: CPUs can go on- and offline).
+///
+/// ```
+/// let online = ntprofile::affinity::online_cpus();
+/// assert!(!online.is_empty());
+/// ```
 pub fn online_cpus() -> CpuSet {
-    std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .ok()
+    crate::perf::proc::online_cpu_list()
         .and_then(|t| parse_cpu_list(&t))
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| {
@@ -134,14 +194,28 @@ pub fn online_cpus() -> CpuSet {
 }
 
 /// The processor group of the calling thread (the group of the CPU it runs on now).
+///
+/// ```
+/// let group = ntprofile::affinity::current_group();
+/// assert!(ntprofile::affinity::online_cpus().group_mask(group) != 0);
+/// ```
 pub fn current_group() -> usize {
-    // sched_getcpu through nix: no unsafe here.
-    nix::sched::sched_getcpu()
+    crate::perf::sys::current_cpu()
         .map(|c| c / GROUP_SIZE)
         .unwrap_or(0)
 }
 
 /// What a profile asked for: every active processor (resolved at each start), or an explicit set.
+///
+/// ```
+/// use ntprofile::{Affinity, CpuSet};
+///
+/// let online = CpuSet::from_cpus([0, 1, 2, 3]);
+/// let affinity = Affinity::from_kaffinity(0b0110, 0, &online)?;
+/// assert_eq!(affinity.effective(&online), CpuSet::from_cpus([1, 2]));
+/// assert_eq!(Affinity::AllActive.effective(&online), online);
+/// # Ok::<(), ntprofile::NtStatus>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Affinity {
     /// `GroupCount == 0` for `NtCreateProfileEx`: every online CPU, resolved at each start.
@@ -156,6 +230,15 @@ impl Affinity {
     ///
     /// # Errors
     /// `STATUS_INVALID_PARAMETER` as above.
+    ///
+    /// ```
+    /// use ntprofile::{Affinity, CpuSet, NtStatus};
+    ///
+    /// let online = CpuSet::from_cpus([0, 1]);
+    /// assert_eq!(Affinity::from_kaffinity(u64::MAX, 0, &online)?, Affinity::Cpus(online.clone()));
+    /// assert_eq!(Affinity::from_kaffinity(0, 0, &online), Err(NtStatus::INVALID_PARAMETER));
+    /// # Ok::<(), NtStatus>(())
+    /// ```
     pub fn from_kaffinity(mask: u64, group: usize, online: &CpuSet) -> Result<Affinity, NtStatus> {
         let online_mask = online.group_mask(group);
         let mask = if mask == u64::MAX { online_mask } else { mask };
@@ -175,6 +258,19 @@ impl Affinity {
     ///
     /// # Errors
     /// `STATUS_INVALID_PARAMETER` for any bad record.
+    ///
+    /// ```
+    /// use ntprofile::{Affinity, CpuSet, NtStatus};
+    ///
+    /// let online = CpuSet::from_cpus([0, 1]);
+    /// // Two records of group 0 are OR-ed.
+    /// let both = Affinity::from_groups(&[(0b01, 0, [0; 3]), (0b10, 0, [0; 3])], &online)?;
+    /// assert_eq!(both.effective(&online), online);
+    /// // Non-zero Reserved words, or a group that does not exist, are invalid.
+    /// assert_eq!(Affinity::from_groups(&[(1, 0, [1, 0, 0])], &online), Err(NtStatus::INVALID_PARAMETER));
+    /// assert_eq!(Affinity::from_groups(&[(1, 7, [0; 3])], &online), Err(NtStatus::INVALID_PARAMETER));
+    /// # Ok::<(), NtStatus>(())
+    /// ```
     pub fn from_groups(
         records: &[(u64, u16, [u16; 3])],
         online: &CpuSet,
@@ -196,7 +292,15 @@ impl Affinity {
         Ok(Affinity::Cpus(set))
     }
 
-    /// The CPUs a start uses: affinity ∩ online, and every online CPU if that is empty (spec section 5).
+    /// The CPUs a start uses: affinity ∩ online, and every online CPU if that is empty (`docs/api.md` section 5).
+    ///
+    /// ```
+    /// use ntprofile::{Affinity, CpuSet};
+    ///
+    /// let affinity = Affinity::Cpus(CpuSet::from_cpus([3]));
+    /// // CPU 3 went offline: the start uses every online CPU.
+    /// assert_eq!(affinity.effective(&CpuSet::from_cpus([0, 1])), CpuSet::from_cpus([0, 1]));
+    /// ```
     pub fn effective(&self, online: &CpuSet) -> CpuSet {
         match self {
             Affinity::AllActive => online.clone(),
@@ -211,6 +315,50 @@ impl Affinity {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+    use std::hash::{BuildHasher, RandomState};
+
+    fn cpus() -> impl Strategy<Value = Vec<usize>> {
+        proptest::collection::vec(0usize..300, 0..12)
+    }
+
+    proptest! {
+        /// Sets with the same CPUs compare and hash equal however they were built (an intersection keeps
+        /// trailing zero words, a fresh set has none); sets with different CPUs compare unequal.
+        #[test]
+        fn equal_sets_compare_and_hash_equal(a in cpus(), b in cpus(), c in cpus()) {
+            let hasher = RandomState::new();
+            let direct = CpuSet::from_cpus(a.iter().copied().filter(|x| b.contains(x)));
+            let through_intersection = CpuSet::from_cpus(a.clone()).intersection(&CpuSet::from_cpus(b.clone()));
+            let wide = CpuSet::from_cpus(c.iter().map(|x| x + 320)).intersection(&CpuSet::new());
+            let widened = CpuSet::from_cpus(a.iter().copied().filter(|x| b.contains(x)))
+                .union(&wide);
+            for other in [&through_intersection, &widened] {
+                prop_assert_eq!(&direct, other);
+                prop_assert_eq!(hasher.hash_one(&direct), hasher.hash_one(other));
+            }
+            let extra = CpuSet::from_cpus(c.clone());
+            let same = c.iter().all(|x| a.contains(x) && b.contains(x))
+                && a.iter().filter(|x| b.contains(x)).all(|x| c.contains(x));
+            prop_assert_eq!(direct == extra, same);
+        }
+    }
+
+    #[test]
+    fn trailing_zero_words_do_not_matter() {
+        let wide = CpuSet::from_cpus([1, 200]).intersection(&CpuSet::from_cpus([1]));
+        assert_eq!(wide.words.len(), 1, "intersection keeps the shorter length");
+        let wide =
+            CpuSet::from_cpus([1]).union(&CpuSet::from_cpus([200]).intersection(&CpuSet::new()));
+        let mut grown = CpuSet::from_cpus([1]);
+        grown.insert(200);
+        grown.words[3] = 0;
+        assert_eq!(grown.words.len(), 4);
+        assert_eq!(grown, CpuSet::from_cpus([1]));
+        assert_eq!(wide, CpuSet::from_cpus([1]));
+        let h = RandomState::new();
+        assert_eq!(h.hash_one(&grown), h.hash_one(CpuSet::from_cpus([1])));
+    }
 
     #[test]
     fn cpu_lists() {

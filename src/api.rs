@@ -6,6 +6,8 @@
 //! ([`ProfileBuilder::group_affinity`], `NtCreateProfileEx`). The checks, their order and their statuses are the
 //! C API's: both call the same functions.
 
+mod details;
+
 use std::sync::Arc;
 use std::sync::atomic::AtomicU32;
 
@@ -14,11 +16,10 @@ use crate::buckets::BucketLayout;
 use crate::engine::{self, counters::CounterStorage};
 use crate::error::Error;
 use crate::modules::{Module, Symbol};
-use crate::process::{GroupAffinity, Process};
 use crate::profile::{ProfileCore, ProfileStats, check_front, check_kernel_privilege};
 use crate::source::{self, ProfileSource};
 use crate::status::NtStatus;
-use crate::target::{Target, has_system_profile_privilege, perf_event_paranoid};
+use crate::target::{ProcessRef, Target, has_system_profile_privilege, perf_event_paranoid};
 
 /// How a profile picks its processors.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +46,22 @@ enum TargetSpec {
 }
 
 /// Builds a [`Profile`]: the range, the bucket size, the source and the processors.
+///
+/// ```
+/// use ntprofile::{Profile, ProfileSource};
+///
+/// let profile = Profile::builder()
+///     .range(0x40_0000, 0x1000) // [base, base + size)
+///     .bucket_size(4)           // 16-byte buckets: 256 counters
+///     .source(ProfileSource::Time)
+///     .cpus([0])                // or .affinity_mask(mask), .all_cpus()
+///     .build()?;
+/// assert_eq!(profile.counts().len(), 256);
+/// assert_eq!(profile.layout().base, 0x40_0000);
+/// assert_eq!(profile.bucket_range(1), (0x40_0010, 0x40_0020));
+/// assert_eq!(profile.source(), ProfileSource::Time);
+/// # Ok::<(), ntprofile::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 #[must_use]
 pub struct ProfileBuilder {
@@ -88,6 +105,10 @@ impl ProfileBuilder {
     ///
     /// let libm = find_module(None, "libm.so.6")?;
     /// let profile = Profile::builder().module(&libm).bucket_size(6).build()?;
+    /// profile.start()?;
+    /// // ... call into libm ...
+    /// profile.stop()?;
+    /// println!("{} samples in libm's code", profile.stats().counted);
     /// # Ok::<(), ntprofile::Error>(())
     /// ```
     pub fn module(mut self, module: &Module) -> Self {
@@ -102,8 +123,12 @@ impl ProfileBuilder {
     /// ```no_run
     /// use ntprofile::{Profile, find_function};
     ///
-    /// let cos = find_function(None, Some("libm.so.6"), "cos")?;
-    /// let profile = Profile::builder().function(&cos).bucket_size(2).build()?;
+    /// let exp = find_function(None, Some("libm.so.6"), "exp")?;
+    /// let profile = Profile::builder().function(&exp).bucket_size(2).build()?;
+    /// profile.start()?;
+    /// // ... call exp() ...
+    /// profile.stop()?;
+    /// println!("{} samples in exp ({} bytes)", profile.stats().counted, exp.size);
     /// # Ok::<(), ntprofile::Error>(())
     /// ```
     pub fn function(mut self, function: &Symbol) -> Self {
@@ -141,6 +166,10 @@ impl ProfileBuilder {
     /// // kernrate's classic use: the kernel's text, every process, every CPU.
     /// let kernel = kernel_modules()?.into_iter().next().expect("[kernel] comes first");
     /// let profile = Profile::builder().global().module(&kernel).bucket_size(8).all_cpus().build()?;
+    /// profile.start()?;
+    /// std::thread::sleep(std::time::Duration::from_secs(1));
+    /// profile.stop()?;
+    /// println!("{} samples in the kernel's text", profile.stats().counted);
     /// # Ok::<(), ntprofile::Error>(())
     /// ```
     pub fn global(mut self) -> Self {
@@ -154,6 +183,7 @@ impl ProfileBuilder {
     /// use ntprofile::Profile;
     ///
     /// let profile = Profile::builder().global().current_process().range(0x10000, 0x1000).build()?;
+    /// assert!(!profile.is_started());
     /// # Ok::<(), ntprofile::Error>(())
     /// ```
     pub fn current_process(mut self) -> Self {
@@ -172,6 +202,7 @@ impl ProfileBuilder {
     ///     .range(0x10000, 0x1000)
     ///     .group_affinity(&[GroupAffinity { mask: 1, group: 0 }]) // CPU 0
     ///     .build()?;
+    /// assert_eq!(profile.counts().len(), 0x1000 / 4);
     /// # Ok::<(), ntprofile::Error>(())
     /// ```
     #[doc(alias = "NtCreateProfileEx")]
@@ -250,25 +281,35 @@ impl ProfileBuilder {
         }
         let needed = crate::buckets::counters_needed(self.size, self.bucket_size).max(1);
         // The buffer must fit a ULONG BufferSize, as the C API's.
-        let buffer_size =
-            u32::try_from(needed * 4).map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
+        let buffer_size = needed
+            .checked_mul(4)
+            .and_then(|bytes| u32::try_from(bytes).ok())
+            .ok_or_else(|| details::counters(NtStatus::INSUFFICIENT_RESOURCES, needed, false))?;
         let (layout, source) = check_front(
             self.base,
             self.size,
             self.bucket_size,
             buffer_size,
             self.source.to_raw(),
-        )?;
+        )
+        .map_err(|status| {
+            details::create_front(
+                status,
+                self.base,
+                self.size,
+                self.bucket_size,
+                buffer_size,
+                self.source,
+            )
+        })?;
         let online = online_cpus();
         let affinity = match self.affinity {
-            AffinitySpec::Mask(m) => Affinity::from_kaffinity(m, current_group(), &online)?,
+            AffinitySpec::Mask(m) => Affinity::from_kaffinity(m, current_group(), &online)
+                .map_err(|status| details::affinity_mask(status, m, current_group(), &online))?,
             AffinitySpec::AllActive => Affinity::AllActive,
             AffinitySpec::Cpus(set) => {
                 if set.is_empty() || !set.is_subset(&online) {
-                    return Err(Error::new(
-                        NtStatus::INVALID_PARAMETER,
-                        "a CPU is offline or the set is empty",
-                    ));
+                    return Err(details::cpus(&set, &online));
                 }
                 Affinity::Cpus(set)
             }
@@ -307,7 +348,7 @@ impl ProfileBuilder {
                 process
                     .inner()
                     .check_access()
-                    .map_err(|status| crate::process::open_error(process.pid(), status))?;
+                    .map_err(|status| open_error(process.pid(), status))?;
                 Target::Process(process.inner().clone())
             }
         };
@@ -326,9 +367,10 @@ impl ProfileBuilder {
         let mut counters: Vec<AtomicU32> = Vec::new();
         counters
             .try_reserve_exact(needed as usize)
-            .map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
+            .map_err(|_| details::counters(NtStatus::INSUFFICIENT_RESOURCES, needed, true))?;
         counters.resize_with(needed as usize, || AtomicU32::new(0));
         let storage = CounterStorage::Owned(counters.into_boxed_slice());
+        crate::fork::install();
         let core = ProfileCore::new(layout, source, target, affinity, storage);
         Ok(Profile {
             core: Arc::new(core),
@@ -340,6 +382,28 @@ impl ProfileBuilder {
 ///
 /// Created stopped; counts accumulate across start/stop cycles until [`Profile::clear`]. Dropping a started
 /// profile stops it first.
+///
+/// ```no_run
+/// use ntprofile::{Profile, ProfileSource};
+///
+/// #[inline(never)]
+/// fn work() -> u64 {
+///     (0..50_000_000u64).fold(0, |a, b| std::hint::black_box(a ^ b.wrapping_mul(31)))
+/// }
+///
+/// let base = (work as fn() -> u64) as usize;
+/// let profile = Profile::builder().range(base, 4096).bucket_size(2).build()?;
+/// ntprofile::set_interval(ProfileSource::Time, 1000); // a sample every 100 µs of CPU time
+/// profile.start()?;
+/// assert!(profile.is_started());
+/// std::hint::black_box(work());
+/// profile.stop()?; // every sample taken before the stop is counted now
+/// let stats = profile.stats();
+/// let counts = profile.counts();
+/// assert_eq!(counts.iter().map(|&c| u64::from(c)).sum::<u64>(), stats.counted);
+/// profile.clear(); // zero the counters; counts otherwise accumulate over start/stop cycles
+/// # Ok::<(), ntprofile::Error>(())
+/// ```
 pub struct Profile {
     core: Arc<ProfileCore>,
 }
@@ -369,7 +433,9 @@ impl Profile {
     /// started profiles), `STATUS_INSUFFICIENT_RESOURCES` (descriptors, ring memory), and the mapping of
     /// [`perf_event_open(2)`](https://man7.org/linux/man-pages/man2/perf_event_open.2.html) errors.
     pub fn start(&self) -> Result<(), Error> {
-        Ok(engine::start(&self.core)?)
+        self.core
+            .start()
+            .map_err(|status| details::start(status, self.core.source, &self.core.target))
     }
 
     /// `NtStopProfile(ProfileHandle)` — stop sampling. A barrier: when it returns, every sample taken before the
@@ -379,12 +445,12 @@ impl Profile {
     /// # Errors
     /// `STATUS_PROFILING_NOT_STARTED` when the profile is not started.
     pub fn stop(&self) -> Result<(), Error> {
-        Ok(engine::stop(&self.core)?)
+        self.core.stop().map_err(details::stop)
     }
 
     /// True while started.
     pub fn is_started(&self) -> bool {
-        engine::is_started(self.core.id)
+        self.core.is_started()
     }
 
     /// The counters now (every sample taken before the call is included).
@@ -429,7 +495,7 @@ impl Profile {
 impl Drop for Profile {
     fn drop(&mut self) {
         if self.is_started() {
-            let _ = engine::stop(&self.core);
+            let _ = self.core.stop();
         }
     }
 }
@@ -437,6 +503,16 @@ impl Drop for Profile {
 /// `NtSetIntervalProfile(Interval, Source)` — set a source's interval (shared by all its profiles), clamped into
 /// its limits and applied at once to running profiles. A value for an unsupported source is ignored. Returns
 /// the effective interval (0 for an unsupported source).
+///
+/// ```
+/// use ntprofile::{ProfileSource, query_interval, set_interval};
+///
+/// // A sample every 5000th context switch, for every profile of that source in this process.
+/// assert_eq!(set_interval(ProfileSource::ContextSwitches, 5000), 5000);
+/// assert_eq!(query_interval(ProfileSource::ContextSwitches), 5000);
+/// assert_eq!(set_interval(ProfileSource::ContextSwitches, 0), 1); // clamped into the limits
+/// assert_eq!(set_interval(ProfileSource::LoadInstructions, 5000), 0); // never supported on Linux
+/// ```
 #[doc(alias = "NtSetIntervalProfile")]
 pub fn set_interval(source: ProfileSource, interval: u32) -> u32 {
     if !source.support().is_supported() {
@@ -447,6 +523,13 @@ pub fn set_interval(source: ProfileSource, interval: u32) -> u32 {
 
 /// `NtQueryIntervalProfile(Source, &Interval)` — the effective interval of a source (after clamping), or 0 when
 /// the source is not supported on this machine.
+///
+/// ```
+/// use ntprofile::{ProfileSource, query_interval};
+///
+/// assert!(query_interval(ProfileSource::Time) >= ProfileSource::Time.min_interval());
+/// assert_eq!(query_interval(ProfileSource::LoadInstructions), 0);
+/// ```
 #[doc(alias = "NtQueryIntervalProfile")]
 pub fn query_interval(source: ProfileSource) -> u32 {
     if !source.support().is_supported() {
@@ -460,6 +543,147 @@ pub fn query_interval(source: ProfileSource) -> u32 {
 ///
 /// # Errors
 /// `STATUS_INVALID_PARAMETER` above 90 %, `STATUS_NOT_SUPPORTED` for a source not supported here.
+///
+/// ```
+/// use ntprofile::{NtStatus, ProfileSource, set_jitter};
+///
+/// set_jitter(ProfileSource::PageFaults, 20)?;
+/// assert_eq!(ntprofile::source::jitter_percent(ProfileSource::PageFaults), 20);
+/// set_jitter(ProfileSource::PageFaults, 0)?; // a fixed period again
+/// assert_eq!(set_jitter(ProfileSource::PageFaults, 91).unwrap_err(), NtStatus::INVALID_PARAMETER);
+/// # Ok::<(), ntprofile::Error>(())
+/// ```
 pub fn set_jitter(source: ProfileSource, percent: u32) -> Result<(), Error> {
-    Ok(engine::set_jitter(source, percent)?)
+    engine::set_jitter(source, percent).map_err(|status| details::jitter(status, source, percent))
+}
+
+/// Another process opened for profiling, as `NtOpenProcess` opens it: named by a pidfd, so that a pid recycled
+/// after the process exited never reaches a different process.
+///
+/// Pass it to [`ProfileBuilder::process`](crate::ProfileBuilder::process) to profile every thread of that
+/// process (threads it creates later included). Cloning is cheap and shares the pidfd.
+///
+/// ```no_run
+/// use ntprofile::{Process, Profile};
+///
+/// let child = std::process::Command::new("sleep").arg("1").spawn()?;
+/// let process = Process::open(child.id())?;
+/// assert_eq!(process.pid(), child.id());
+/// let profile = Profile::builder().process(&process).range(0x1000, 0x10000).build()?;
+/// profile.start()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct Process {
+    inner: Arc<ProcessRef>,
+}
+
+impl Process {
+    /// `NtOpenProcess` for Linux process id `pid`: open it and check that the caller may profile it (the kernel's
+    /// own check: the caller may ptrace-read it, or holds `CAP_PERFMON`/`CAP_SYS_ADMIN`).
+    #[doc(alias = "NtOpenProcess")]
+    ///
+    /// # Errors
+    /// - `STATUS_INVALID_CID` when no process `pid` exists (or `pid` is 0 or above the kernel's pid range);
+    /// - `STATUS_ACCESS_DENIED` when the caller may not profile it (another user's process without the
+    ///   privilege, or `kernel.yama.ptrace_scope` forbids it);
+    /// - `STATUS_INSUFFICIENT_RESOURCES` when no file descriptor is left.
+    ///
+    /// ```
+    /// use ntprofile::{NtStatus, Process};
+    ///
+    /// let me = Process::open(std::process::id())?;
+    /// assert!(!me.has_exited());
+    /// // Process ids are at most 2^22 on Linux: this one never exists.
+    /// assert_eq!(Process::open(0x7FFF_FFFF).unwrap_err().status(), NtStatus::INVALID_CID);
+    /// # Ok::<(), ntprofile::Error>(())
+    /// ```
+    pub fn open(pid: u32) -> Result<Process, Error> {
+        let Ok(raw) = i32::try_from(pid) else {
+            return Err(Error::new(
+                NtStatus::INVALID_CID,
+                format!("process id {pid} is beyond the range of Linux process ids"),
+            ));
+        };
+        match ProcessRef::open(raw) {
+            Ok(inner) => Ok(Process {
+                inner: Arc::new(inner),
+            }),
+            Err(status) => Err(open_error(pid, status)),
+        }
+    }
+
+    /// The Linux process id.
+    ///
+    /// ```
+    /// let me = ntprofile::Process::open(std::process::id())?;
+    /// assert_eq!(me.pid(), std::process::id());
+    /// # Ok::<(), ntprofile::Error>(())
+    /// ```
+    pub fn pid(&self) -> u32 {
+        self.inner.pid() as u32
+    }
+
+    /// True once the process has exited (a profile of it then counts nothing more). The pidfd keeps naming the
+    /// exited process, never a newer one that got its pid.
+    ///
+    /// ```
+    /// let mut child = std::process::Command::new("true").spawn().unwrap();
+    /// let process = ntprofile::Process::open(child.id())?;
+    /// child.wait().unwrap();
+    /// assert!(process.has_exited());
+    /// # Ok::<(), ntprofile::Error>(())
+    /// ```
+    pub fn has_exited(&self) -> bool {
+        self.inner.has_exited()
+    }
+
+    /// The shared internal reference (the same object a C process handle holds).
+    fn inner(&self) -> &Arc<ProcessRef> {
+        &self.inner
+    }
+}
+
+/// The detail of a failed open, by status.
+fn open_error(pid: u32, status: NtStatus) -> Error {
+    let detail = match status {
+        NtStatus::INVALID_CID => format!("no process {pid}"),
+        NtStatus::ACCESS_DENIED => format!(
+            "this caller may not profile process {pid} (another user's process: it needs CAP_PERFMON or \
+             CAP_SYS_ADMIN, or ptrace access under kernel.yama.ptrace_scope)"
+        ),
+        NtStatus::INSUFFICIENT_RESOURCES => {
+            format!("no file descriptor left to open process {pid}")
+        }
+        _ => format!("cannot open process {pid}"),
+    };
+    Error::new(status, detail)
+}
+
+/// A `GROUP_AFFINITY` record of `NtCreateProfileEx`: the processors `64·group + bit` for each set bit of `mask`.
+/// Linux CPU `n` is bit `n % 64` of group `n / 64`.
+///
+/// ```
+/// use ntprofile::GroupAffinity;
+///
+/// let cpu0 = GroupAffinity { mask: 1, group: 0 };
+/// assert_eq!(GroupAffinity::cpu(65), GroupAffinity { mask: 2, group: 1 });
+/// # let _ = cpu0;
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GroupAffinity {
+    /// The processors of the group (`KAFFINITY`): bit `b` is CPU `64·group + b`.
+    pub mask: u64,
+    /// The processor group.
+    pub group: u16,
+}
+
+impl GroupAffinity {
+    /// The record naming one Linux CPU.
+    pub fn cpu(cpu: usize) -> GroupAffinity {
+        GroupAffinity {
+            mask: 1u64 << (cpu % crate::affinity::GROUP_SIZE),
+            group: (cpu / crate::affinity::GROUP_SIZE) as u16,
+        }
+    }
 }

@@ -1,16 +1,34 @@
 //! The KPROFILE arithmetic: the create-time checks of `NtCreateProfile` that concern the range and the buffer
-//! (spec section 3, checks 1 to 5, in that order), and the bucket rule of spec section 4.
+//! (`docs/api.md` section 3, checks 1 to 5, in that order), and the bucket rule of `docs/api.md` section 4.
 //!
 //! Pure functions, no I/O, no unsafe: unit-, property- and Miri-tested.
 
 use crate::status::NtStatus;
 
 /// The smallest `BucketSize` (log2 of the bucket's size in bytes): 4-byte buckets.
+///
+/// ```
+/// use ntprofile::buckets::{MAX_BUCKET_SIZE, MIN_BUCKET_SIZE};
+/// assert_eq!((MIN_BUCKET_SIZE, MAX_BUCKET_SIZE), (2, 31));
+/// ```
 pub const MIN_BUCKET_SIZE: u32 = 2;
 /// The largest `BucketSize`: 2 GiB buckets.
+///
+/// ```
+/// assert_eq!(1u64 << ntprofile::buckets::MAX_BUCKET_SIZE, 2 << 30);
+/// ```
 pub const MAX_BUCKET_SIZE: u32 = 31;
 
 /// A validated range and bucket layout: what a started profile needs to turn a PC into a counter index.
+///
+/// ```
+/// // 0x1000 bytes at 0x40_0000 in 16-byte buckets, with a buffer of exactly 256 counters.
+/// let layout = ntprofile::buckets::check_layout(0x40_0000, 0x1000, 4, 256 * 4)?;
+/// assert_eq!(layout.counters_needed, 256);
+/// assert_eq!(layout.index(0x40_0010), Some(1));
+/// assert_eq!(layout.index(layout.end()), None); // the end is exclusive
+/// # Ok::<(), ntprofile::NtStatus>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BucketLayout {
     /// `ProfileBase`.
@@ -27,6 +45,13 @@ pub struct BucketLayout {
 
 /// Counters a range of `size` bytes needs with `2^bucket_size`-byte buckets: `ceil(size / 2^bucket_size)`,
 /// computed exactly (Windows computes it in 32 bits and lets some huge ranges through).
+///
+/// ```
+/// use ntprofile::buckets::counters_needed;
+/// assert_eq!(counters_needed(4096, 4), 256);
+/// assert_eq!(counters_needed(4097, 4), 257); // a partial bucket needs a counter
+/// assert_eq!(counters_needed(0, 4), 0);
+/// ```
 pub const fn counters_needed(size: u64, bucket_size: u32) -> u64 {
     let shifted = size >> bucket_size;
     let rem = size & ((1u64 << bucket_size) - 1);
@@ -35,11 +60,17 @@ pub const fn counters_needed(size: u64, bucket_size: u32) -> u64 {
 
 /// The byte offset into the buffer that NT computes for `pc`: `((pc - base) >> (BucketSize - 2)) & ~3`.
 /// Only meaningful for a `pc` inside the range.
+///
+/// ```
+/// use ntprofile::buckets::nt_byte_offset;
+/// // PC 0x24 bytes into 16-byte buckets: counter 2, at byte offset 8.
+/// assert_eq!(nt_byte_offset(0x1024, 0x1000, 4), 8);
+/// ```
 pub const fn nt_byte_offset(pc: u64, base: u64, bucket_size: u32) -> u64 {
     (pc.wrapping_sub(base) >> (bucket_size - 2)) & !3
 }
 
-/// The create-time checks of spec section 3 that concern the range and the buffer, in the spec's order:
+/// The create-time checks of `docs/api.md` section 3 that concern the range and the buffer, in the spec's order:
 ///
 /// 1. `BufferSize == 0` → `STATUS_INVALID_PARAMETER_7`;
 /// 3. `BucketSize` outside `2..=31` → `STATUS_INVALID_PARAMETER`;
@@ -51,6 +82,17 @@ pub const fn nt_byte_offset(pc: u64, base: u64, bucket_size: u32) -> u64 {
 ///
 /// # Errors
 /// The status of the first check that fails.
+///
+/// ```
+/// use ntprofile::NtStatus;
+/// use ntprofile::buckets::check_layout;
+///
+/// assert_eq!(check_layout(0x1000, 64, 2, 0), Err(NtStatus::INVALID_PARAMETER_7));
+/// assert_eq!(check_layout(0x1000, 64, 1, 64), Err(NtStatus::INVALID_PARAMETER));
+/// assert_eq!(check_layout(0x1000, 64, 2, 60), Err(NtStatus::BUFFER_TOO_SMALL));
+/// assert_eq!(check_layout(u64::MAX - 7, 64, 2, 64), Err(NtStatus::BUFFER_OVERFLOW));
+/// assert!(check_layout(0x1000, 64, 2, 64).is_ok());
+/// ```
 pub fn check_layout(
     base: u64,
     size: u64,
@@ -87,6 +129,15 @@ impl BucketLayout {
     /// the range, so `pc == base + size` is never counted (the end-inclusive defect is impossible). The index is
     /// `(pc - base) >> BucketSize`, the same counter as NT's byte offset `((pc - base) >> (BucketSize-2)) & ~3`,
     /// and it is always below `counters_needed`, hence below `buffer_counters`.
+    ///
+    /// ```
+    /// let layout = ntprofile::buckets::check_layout(0x1000, 64, 2, 64)?;
+    /// assert_eq!(layout.index(0x1000), Some(0));
+    /// assert_eq!(layout.index(0x103F), Some(15));
+    /// assert_eq!(layout.index(0x1040), None);
+    /// assert_eq!(layout.index(0x0FFF), None);
+    /// # Ok::<(), ntprofile::NtStatus>(())
+    /// ```
     #[inline(always)]
     pub fn index(&self, pc: u64) -> Option<u64> {
         let off = pc.wrapping_sub(self.base);
@@ -98,6 +149,12 @@ impl BucketLayout {
     }
 
     /// The exclusive end of the range (does not wrap: checked at creation).
+    ///
+    /// ```
+    /// let layout = ntprofile::buckets::check_layout(0x1000, 64, 2, 64)?;
+    /// assert_eq!(layout.end(), 0x1040);
+    /// # Ok::<(), ntprofile::NtStatus>(())
+    /// ```
     pub fn end(&self) -> u64 {
         self.base + self.size
     }

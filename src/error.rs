@@ -56,10 +56,16 @@ impl From<Error> for NtStatus {
     }
 }
 
+/// `detail (STATUS_NAME (0x...))`; with no detail, the status's own sentence (`NtStatus::message`) and its value.
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.detail.is_empty() {
-            write!(f, "{}", self.status)
+            write!(
+                f,
+                "{} (0x{:08X})",
+                self.status.message(),
+                self.status.as_u32()
+            )
         } else {
             write!(f, "{} ({})", self.detail, self.status)
         }
@@ -72,5 +78,27 @@ impl std::error::Error for Error {}
 impl PartialEq<NtStatus> for Error {
     fn eq(&self, other: &NtStatus) -> bool {
         self.status == *other
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn display_without_detail_uses_the_status_text() {
+        let err = Error::from(NtStatus::PROFILING_NOT_STARTED);
+        assert_eq!(
+            err.to_string(),
+            "STATUS_PROFILING_NOT_STARTED: the profile is not started (0xC00000B7)"
+        );
+        let err = Error::new(
+            NtStatus::INVALID_PARAMETER,
+            "BucketSize 1 is outside 2..=31",
+        );
+        assert_eq!(
+            err.to_string(),
+            "BucketSize 1 is outside 2..=31 (STATUS_INVALID_PARAMETER (0xC000000D))"
+        );
     }
 }

@@ -31,10 +31,30 @@
 //! [`ProfileBuilder::global`] (every process), kernel ranges ([`kernel_modules`]), processors as
 //! [`GroupAffinity`] records; and what to profile: [`modules`], [`find_module`], [`find_function`].
 //!
-//! From C: `include/ntprofile.h` and `libntprofile.so`. The contract is `../shared/spec/nt-profile-api.md`,
-//! the Linux mapping `../shared/spec/linux-mapping.md`.
+//! From C: `include/ntprofile.h` and `libntprofile.so` (`pkg/install.sh --prefix DIR` installs them with a
+//! pkg-config file; see the README).
+//!
+//! Two documents in the source tree are the reference: `docs/api.md` is the contract (every call, its checks in
+//! order with their statuses, the bucket rule, intervals, sources, the extensions) and `docs/linux-mapping.md`
+//! says how it maps onto Linux `perf_event`, with the deliberate divergences from Windows and why.
+//!
+//! Errors: every fallible call returns an [`Error`], which carries the [`NtStatus`] the C API returns for the
+//! same failure and a sentence saying which argument or check failed.
+//!
+//! The modules form layers that import only downward (`tests/layers.rs` checks it): `perf` at the bottom, the
+//! only kernel-facing code, which knows no NT type and returns the kernel's errno; `status`, `buckets` and
+//! `error`, pure; `source`, `affinity`, `target`; the `engine` (streams, the consumer and jitter threads,
+//! errno → NTSTATUS at its boundary); `profile`, the object both APIs share; `handles`, the C handle table;
+//! `fork`, which knows the engine and the handles; `api` and `ffi` on top.
 #![deny(unsafe_code)]
-#![warn(missing_docs)]
+// Every unsafe block says why it is sound, one unsafe operation per block; the files that need `unsafe` allow
+// it themselves, under their `# Safety` note.
+#![deny(
+    clippy::undocumented_unsafe_blocks,
+    clippy::multiple_unsafe_ops_per_block
+)]
+#![deny(missing_docs)]
+#![doc(test(attr(deny(warnings))))]
 
 pub mod affinity;
 mod api;
@@ -42,29 +62,34 @@ pub mod buckets;
 pub mod engine;
 mod error;
 pub mod ffi;
-#[allow(unsafe_code)]
-mod loader;
+mod fork;
+mod handles;
 mod modules;
-#[allow(unsafe_code)]
 mod perf;
-mod process;
 pub mod profile;
 pub mod source;
 pub mod status;
+mod status_message;
 pub mod target;
 
 pub use affinity::{Affinity, CpuSet};
-pub use api::{Profile, ProfileBuilder, query_interval, set_interval, set_jitter};
+pub use api::{
+    GroupAffinity, Process, Profile, ProfileBuilder, query_interval, set_interval, set_jitter,
+};
 pub use buckets::BucketLayout;
 pub use error::Error;
 pub use modules::{
     Module, Symbol, find_function, find_kernel_function, find_module, kernel_modules,
     kernel_symbols, modules,
 };
-pub use process::{GroupAffinity, Process};
 pub use profile::ProfileStats;
 pub use source::{
     IntervalUnit, PerfEventSpec, ProfileSource, SourceInfo, Support, list_sources,
     register_raw_source,
 };
 pub use status::NtStatus;
+
+/// The README's Rust examples, compiled and run as doctests so that they stay correct and free of warnings.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

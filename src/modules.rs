@@ -10,7 +10,7 @@
 //!   `/proc/modules`), for a global profile of the kernel.
 //!
 //! ```no_run
-//! use ntprofile::{Profile, ProfileSource, find_function};
+//! use ntprofile::{Profile, find_function};
 //!
 //! #[unsafe(no_mangle)]
 //! pub extern "C" fn my_hot_function(n: u64) -> u64 { (0..n).fold(0, |a, b| a ^ b.wrapping_mul(31)) }
@@ -154,8 +154,8 @@ pub fn modules(pid: Option<u32>) -> Result<Vec<Module>, Error> {
 /// This process's modules from the loader.
 fn own_modules() -> Vec<Module> {
     let exe = std::fs::read_link("/proc/self/exe").unwrap_or_default();
-    let vdso = crate::loader::vdso_base();
-    crate::loader::loaded_segments()
+    let vdso = crate::perf::loader::vdso_base();
+    crate::perf::loader::loaded_segments()
         .into_iter()
         .map(|seg| {
             let base = seg.bias.wrapping_add(seg.vaddr);
@@ -791,6 +791,7 @@ pub fn kernel_symbols() -> Result<Vec<Symbol>, Error> {
 /// // Every process's time in the kernel's scheduler (needs the privilege of a global profile).
 /// let schedule = find_kernel_function(Some("[kernel]"), "schedule")?;
 /// let profile = Profile::builder().global().function(&schedule).build()?;
+/// profile.start()?;
 /// # Ok::<(), ntprofile::Error>(())
 /// ```
 pub fn find_kernel_function(module: Option<&str>, name: &str) -> Result<Symbol, Error> {
@@ -838,7 +839,7 @@ mod tests {
         let lib = [(0x26000, 0x26000, 0x70000)];
         // Text that starts mid-page, one page above its file offset (lld's layout).
         let pie = [(0x3b090, 0x3c090, 0xb0000)];
-        assert_eq!(bias_of(&pie, 0x5000_3c000, 0x3b000), Some(0x5000_0000));
+        assert_eq!(bias_of(&pie, 0x5_0003_c000, 0x3b000), Some(0x5_0000_0000));
         assert_eq!(
             bias_of(&lib, 0x7f00_0002_6000, 0x26000),
             Some(0x7f00_0000_0000)

@@ -1,24 +1,58 @@
 //! Profile sources (`KPROFILE_SOURCE`): every NT value, the Intel HAL values, and the Linux extension range;
-//! the perf event behind each (`../shared/spec/linux-mapping.md` section 2), interval units, defaults and limits,
-//! and the per-source interval table shared by every profile of a source (spec section 6).
+//! the perf event behind each (`docs/linux-mapping.md`, "Sources and their perf events"), interval units, defaults and limits,
+//! and the per-source interval table shared by every profile of a source (`docs/api.md` section 6).
+//!
+//! Longer than the other modules (about 570 lines of code, then its tests) for one reason: the source table is
+//! one declarative list of every NT and Linux source with its documentation and perf event, and the interval,
+//! jitter and support tables, the raw-event registry and the listing all index the same slots; split apart,
+//! each part would have to re-derive the slot layout.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use nix::errno::Errno;
+
+pub use crate::perf::PerfEventSpec;
+use crate::perf::event::abi;
 use crate::status::NtStatus;
 
 /// First value of the Linux extension range (sources NT does not have).
+///
+/// ```
+/// use ntprofile::ProfileSource;
+/// assert_eq!(ProfileSource::TaskClock.to_raw(), ntprofile::source::EXTENSION_BASE);
+/// ```
 pub const EXTENSION_BASE: u32 = 0x1_0000;
 /// First value of the raw perf events registered at run time.
+///
+/// ```
+/// // PERF_TYPE_SOFTWARE (1), PERF_COUNT_SW_DUMMY (9): a registered source gets a value from REGISTERED_BASE on.
+/// let source = ntprofile::register_raw_source(1, 9, 0, 0)?;
+/// assert!(source.to_raw() >= ntprofile::source::REGISTERED_BASE);
+/// # Ok::<(), ntprofile::NtStatus>(())
+/// ```
 pub const REGISTERED_BASE: u32 = 0x2_0000;
 /// How many raw sources a process may register.
+///
+/// ```
+/// assert_eq!(ntprofile::source::MAX_REGISTERED, 64);
+/// ```
 pub const MAX_REGISTERED: usize = 64;
-/// `PERF_TYPE_TRACEPOINT`.
-const PERF_TYPE_TRACEPOINT: u32 = 2;
 
 macro_rules! sources {
     ($($(#[$doc:meta])* $variant:ident = $value:expr, $name:expr;)*) => {
         /// A profile source: what makes a sample. NT's `KPROFILE_SOURCE` values keep their numbers; Linux-only
         /// sources live above `0xFFFF`.
+        ///
+        /// ```
+        /// use ntprofile::ProfileSource;
+        ///
+        /// assert_eq!(ProfileSource::Time.to_raw(), 0x00);
+        /// assert_eq!(ProfileSource::from_raw(0x13), Some(ProfileSource::TotalCycles));
+        /// assert_eq!(ProfileSource::from_raw(0x18), None); // ProfileMaximum is a count
+        /// assert_eq!(ProfileSource::Time.name(), "Timer");
+        /// assert_eq!(ProfileSource::TaskClock.to_raw(), 0x10000);
+        /// assert!(ProfileSource::ALL.contains(&ProfileSource::PageFaults));
+        /// ```
         #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
         #[non_exhaustive]
         pub enum ProfileSource {
@@ -142,26 +176,6 @@ sources! {
     AlignmentFaults = EXTENSION_BASE + 6, "alignment-faults";
 }
 
-/// `perf_event_attr.type` values used here (`perf_event_open(2)`).
-const PERF_TYPE_HARDWARE: u32 = 0;
-const PERF_TYPE_SOFTWARE: u32 = 1;
-const PERF_TYPE_HW_CACHE: u32 = 3;
-
-/// The perf event behind a source: `perf_event_attr` `type`, `config`, `config1`, `config2`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct PerfEventSpec {
-    /// `perf_event_attr.type`.
-    pub type_: u32,
-    /// `perf_event_attr.config`.
-    pub config: u64,
-    /// `perf_event_attr.config1`.
-    pub config1: u64,
-    /// `perf_event_attr.config2`.
-    pub config2: u64,
-    /// The perf tool's name for the event (`cpu-clock`, `cycles`, `L1-dcache-load-misses`, ...).
-    pub name: &'static str,
-}
-
 const fn ev(type_: u32, config: u64, name: &'static str) -> Option<PerfEventSpec> {
     Some(PerfEventSpec {
         type_,
@@ -172,12 +186,25 @@ const fn ev(type_: u32, config: u64, name: &'static str) -> Option<PerfEventSpec
     })
 }
 
+/// A cache read event (`PERF_COUNT_HW_CACHE_OP_READ`) of `cache` with `result` (access or miss).
 const fn hw_cache(cache: u64, result: u64, name: &'static str) -> Option<PerfEventSpec> {
-    // config = cache id | (op READ = 0) << 8 | result << 16
-    ev(PERF_TYPE_HW_CACHE, cache | (result << 16), name)
+    ev(
+        abi::TYPE_HW_CACHE,
+        abi::hw_cache_config(cache, abi::CACHE_OP_READ, result),
+        name,
+    )
 }
 
 /// What a source's interval counts.
+///
+/// ```
+/// use ntprofile::{IntervalUnit, ProfileSource};
+///
+/// assert_eq!(ProfileSource::Time.interval_unit(), IntervalUnit::Time100ns);
+/// assert_eq!(ProfileSource::PageFaults.interval_unit(), IntervalUnit::Events);
+/// // ProfileTime's interval 1000 is a period of 100 µs.
+/// assert_eq!(ProfileSource::Time.period_for(1000), 100_000);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IntervalUnit {
     /// 100 ns units of time (ProfileTime, task-clock): the perf period is `interval × 100` ns.
@@ -188,6 +215,16 @@ pub enum IntervalUnit {
 
 /// Limits of a source's interval. The timer's minimum also depends on the kernel at run time
 /// (see [`ProfileSource::min_interval`]).
+///
+/// ```
+/// use ntprofile::ProfileSource;
+///
+/// let limits = ProfileSource::TotalCycles.limits();
+/// assert_eq!((limits.default, limits.min), (65_536, 4_096));
+/// // Requests are clamped into the limits.
+/// assert_eq!(ProfileSource::TotalCycles.clamp_interval(10), 4_096);
+/// assert!(ProfileSource::Time.min_interval() >= ntprofile::source::TIME_KERNEL_FLOOR);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct IntervalLimits {
     /// The interval a source starts with.
@@ -217,31 +254,65 @@ impl ProfileSource {
         use ProfileSource::*;
         match self {
             Registered(n) => registered(n),
-            Time => ev(PERF_TYPE_SOFTWARE, 0, "cpu-clock"),
-            AlignmentFixup | AlignmentFaults => ev(PERF_TYPE_SOFTWARE, 7, "alignment-faults"),
-            TotalIssues | InstructionRetired => ev(PERF_TYPE_HARDWARE, 1, "instructions"),
-            TotalCycles | UnhaltedCoreCycles => ev(PERF_TYPE_HARDWARE, 0, "cpu-cycles"),
-            UnhaltedReferenceCycles => ev(PERF_TYPE_HARDWARE, 9, "ref-cycles"),
-            BranchInstructions | BranchInstructionRetired => {
-                ev(PERF_TYPE_HARDWARE, 4, "branch-instructions")
+            Time => ev(abi::TYPE_SOFTWARE, abi::SW_CPU_CLOCK, "cpu-clock"),
+            AlignmentFixup | AlignmentFaults => ev(
+                abi::TYPE_SOFTWARE,
+                abi::SW_ALIGNMENT_FAULTS,
+                "alignment-faults",
+            ),
+            TotalIssues | InstructionRetired => {
+                ev(abi::TYPE_HARDWARE, abi::HW_INSTRUCTIONS, "instructions")
             }
+            TotalCycles | UnhaltedCoreCycles => {
+                ev(abi::TYPE_HARDWARE, abi::HW_CPU_CYCLES, "cpu-cycles")
+            }
+            UnhaltedReferenceCycles => ev(abi::TYPE_HARDWARE, abi::HW_REF_CPU_CYCLES, "ref-cycles"),
+            BranchInstructions | BranchInstructionRetired => ev(
+                abi::TYPE_HARDWARE,
+                abi::HW_BRANCH_INSTRUCTIONS,
+                "branch-instructions",
+            ),
             BranchMispredictions | BranchMispredictsRetired => {
-                ev(PERF_TYPE_HARDWARE, 5, "branch-misses")
+                ev(abi::TYPE_HARDWARE, abi::HW_BRANCH_MISSES, "branch-misses")
             }
-            CacheMisses | LlcMisses => ev(PERF_TYPE_HARDWARE, 3, "cache-misses"),
-            LlcReference => ev(PERF_TYPE_HARDWARE, 2, "cache-references"),
-            DcacheMisses => hw_cache(0, 1, "L1-dcache-load-misses"),
-            DcacheAccesses => hw_cache(0, 0, "L1-dcache-loads"),
-            IcacheMisses => hw_cache(1, 1, "L1-icache-load-misses"),
-            IcacheIssues => hw_cache(1, 0, "L1-icache-loads"),
-            PipelineDry => ev(PERF_TYPE_HARDWARE, 7, "stalled-cycles-frontend"),
-            PipelineFrozen => ev(PERF_TYPE_HARDWARE, 8, "stalled-cycles-backend"),
-            TaskClock => ev(PERF_TYPE_SOFTWARE, 1, "task-clock"),
-            PageFaults => ev(PERF_TYPE_SOFTWARE, 2, "page-faults"),
-            ContextSwitches => ev(PERF_TYPE_SOFTWARE, 3, "context-switches"),
-            CpuMigrations => ev(PERF_TYPE_SOFTWARE, 4, "cpu-migrations"),
-            MinorFaults => ev(PERF_TYPE_SOFTWARE, 5, "minor-faults"),
-            MajorFaults => ev(PERF_TYPE_SOFTWARE, 6, "major-faults"),
+            CacheMisses | LlcMisses => ev(abi::TYPE_HARDWARE, abi::HW_CACHE_MISSES, "cache-misses"),
+            LlcReference => ev(
+                abi::TYPE_HARDWARE,
+                abi::HW_CACHE_REFERENCES,
+                "cache-references",
+            ),
+            DcacheMisses => hw_cache(
+                abi::CACHE_L1D,
+                abi::CACHE_RESULT_MISS,
+                "L1-dcache-load-misses",
+            ),
+            DcacheAccesses => hw_cache(abi::CACHE_L1D, abi::CACHE_RESULT_ACCESS, "L1-dcache-loads"),
+            IcacheMisses => hw_cache(
+                abi::CACHE_L1I,
+                abi::CACHE_RESULT_MISS,
+                "L1-icache-load-misses",
+            ),
+            IcacheIssues => hw_cache(abi::CACHE_L1I, abi::CACHE_RESULT_ACCESS, "L1-icache-loads"),
+            PipelineDry => ev(
+                abi::TYPE_HARDWARE,
+                abi::HW_STALLED_CYCLES_FRONTEND,
+                "stalled-cycles-frontend",
+            ),
+            PipelineFrozen => ev(
+                abi::TYPE_HARDWARE,
+                abi::HW_STALLED_CYCLES_BACKEND,
+                "stalled-cycles-backend",
+            ),
+            TaskClock => ev(abi::TYPE_SOFTWARE, abi::SW_TASK_CLOCK, "task-clock"),
+            PageFaults => ev(abi::TYPE_SOFTWARE, abi::SW_PAGE_FAULTS, "page-faults"),
+            ContextSwitches => ev(
+                abi::TYPE_SOFTWARE,
+                abi::SW_CONTEXT_SWITCHES,
+                "context-switches",
+            ),
+            CpuMigrations => ev(abi::TYPE_SOFTWARE, abi::SW_CPU_MIGRATIONS, "cpu-migrations"),
+            MinorFaults => ev(abi::TYPE_SOFTWARE, abi::SW_PAGE_FAULTS_MIN, "minor-faults"),
+            MajorFaults => ev(abi::TYPE_SOFTWARE, abi::SW_PAGE_FAULTS_MAJ, "major-faults"),
             LoadInstructions | TotalNonissues | StoreInstructions | FpInstructions
             | IntegerInstructions | Issue2 | Issue3 | Issue4 | SpecialInstructions
             | MemoryBarrierCycles | LoadLinkedIssues => None,
@@ -261,9 +332,9 @@ impl ProfileSource {
     pub fn is_hardware(self) -> bool {
         match self.perf_event() {
             Some(e) if matches!(self, ProfileSource::Registered(_)) => {
-                e.type_ != PERF_TYPE_SOFTWARE && e.type_ != PERF_TYPE_TRACEPOINT
+                !e.is_software_or_tracepoint()
             }
-            Some(e) => e.type_ == PERF_TYPE_HARDWARE || e.type_ == PERF_TYPE_HW_CACHE,
+            Some(e) => e.is_generic_hardware(),
             None => true,
         }
     }
@@ -351,11 +422,7 @@ impl ProfileSource {
 }
 
 fn read_max_sample_rate() -> Option<u64> {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate")
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
+    crate::perf::proc::perf_event_max_sample_rate()
 }
 
 /// The per-source interval table of this process: what `NtSetIntervalProfile` stored (0 = never set: the
@@ -410,6 +477,18 @@ pub(crate) fn store_interval(source: ProfileSource, interval: u32) -> u32 {
 }
 
 /// Why a source is or is not supported on this machine.
+///
+/// ```
+/// use ntprofile::{NtStatus, ProfileSource, Support};
+///
+/// // Linux has no generic event for load instructions: never supported.
+/// assert_eq!(ProfileSource::LoadInstructions.support(), Support::NoPerfEvent);
+/// assert_eq!(Support::NoPerfEvent.status(), NtStatus::NOT_SUPPORTED);
+/// // The timer is a software event: supported wherever perf_event_open is allowed.
+/// let timer = ProfileSource::Time.support();
+/// println!("ProfileTime: {}", timer.reason());
+/// assert_eq!(timer.is_supported(), timer.status() == NtStatus::SUCCESS);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Support {
     /// Its event opens here.
@@ -417,7 +496,7 @@ pub enum Support {
     /// Linux has no generic perf event for it.
     NoPerfEvent,
     /// Opening its event failed with this errno (ENOENT: no such event or PMU on this machine).
-    OpenFailed(i32),
+    OpenFailed(Errno),
 }
 
 impl Support {
@@ -433,13 +512,16 @@ impl Support {
             Support::NoPerfEvent => "no generic perf event for this source".to_string(),
             Support::OpenFailed(errno) => {
                 let what = match errno {
-                    libc::ENOENT => "the event does not exist on this machine (no PMU)",
-                    libc::EOPNOTSUPP => "sampling not supported by this PMU",
-                    libc::ENODEV => "no such device",
-                    libc::EACCES | libc::EPERM => "not permitted",
+                    Errno::ENOENT => "the event does not exist on this machine (no PMU)",
+                    Errno::EOPNOTSUPP => "sampling not supported by this PMU",
+                    Errno::ENODEV => "no such device",
+                    Errno::EACCES | Errno::EPERM => "not permitted",
                     _ => "perf_event_open failed",
                 };
-                format!("{what} ({})", std::io::Error::from_raw_os_error(errno))
+                format!(
+                    "{what} ({})",
+                    std::io::Error::from_raw_os_error(errno as i32)
+                )
             }
         }
     }
@@ -497,6 +579,16 @@ fn registered(n: u16) -> Option<PerfEventSpec> {
 ///
 /// # Errors
 /// `STATUS_INSUFFICIENT_RESOURCES` past [`MAX_REGISTERED`] registrations.
+///
+/// ```
+/// use ntprofile::{IntervalUnit, register_raw_source};
+///
+/// // PERF_TYPE_SOFTWARE (1), PERF_COUNT_SW_PAGE_FAULTS_MIN (5): minor page faults as a source.
+/// let minor = register_raw_source(1, 5, 0, 0)?;
+/// assert_eq!(register_raw_source(1, 5, 0, 0)?, minor); // the same event, the same source
+/// assert_eq!(minor.interval_unit(), IntervalUnit::Events);
+/// # Ok::<(), ntprofile::NtStatus>(())
+/// ```
 pub fn register_raw_source(
     type_: u32,
     config: u64,
@@ -531,6 +623,14 @@ pub fn register_raw_source(
 }
 
 /// One line of the source listing, in the spirit of Windows' `PROFILE_SOURCE_INFO`.
+///
+/// ```
+/// use ntprofile::{ProfileSource, list_sources};
+///
+/// let timer = list_sources().into_iter().find(|s| s.source == ProfileSource::Time).unwrap();
+/// assert_eq!(timer.name, "Timer");
+/// assert!(timer.min_interval <= timer.max_interval);
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SourceInfo {
     /// The source.
@@ -554,6 +654,12 @@ pub struct SourceInfo {
 }
 
 /// Every source: the built-in ones in value order, then the registered raw events.
+///
+/// ```
+/// for info in ntprofile::list_sources() {
+///     println!("{:#07x} {:<24} {}", info.source.to_raw(), info.name, info.support.reason());
+/// }
+/// ```
 pub fn list_sources() -> Vec<SourceInfo> {
     let registered = (0..registered_count()).map(|n| ProfileSource::Registered(n as u16));
     ProfileSource::ALL

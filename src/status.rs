@@ -6,6 +6,24 @@
 use std::fmt;
 
 /// An NT status code (`NTSTATUS`, a signed 32-bit value). Success values are `>= 0`.
+///
+/// ```
+/// use ntprofile::NtStatus;
+///
+/// let status = NtStatus::BUFFER_TOO_SMALL;
+/// assert_eq!(status.as_u32(), 0xC000_0023);
+/// assert!(!status.is_success());
+/// assert_eq!(status.name(), Some("STATUS_BUFFER_TOO_SMALL"));
+/// assert_eq!(status.to_string(), "STATUS_BUFFER_TOO_SMALL (0xC0000023)");
+/// assert_eq!(status.ok(), Err(status));
+/// assert_eq!(NtStatus::SUCCESS.ok(), Ok(()));
+/// // The one errno table: ENOENT from perf_event_open means the source is not supported here.
+/// assert_eq!(NtStatus::from_errno(libc::ENOENT), NtStatus::NOT_SUPPORTED);
+/// assert_eq!(
+///     NtStatus::from_io(&std::io::Error::from_raw_os_error(libc::EMFILE)),
+///     NtStatus::INSUFFICIENT_RESOURCES
+/// );
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[repr(transparent)]
 pub struct NtStatus(pub i32);
@@ -85,7 +103,7 @@ impl NtStatus {
 
     /// The status for an errno returned by `perf_event_open(2)`, `mmap(2)` or an ioctl on a perf event.
     ///
-    /// This is the one table the crate uses; see `../shared/spec/linux-mapping.md` section 4:
+    /// This is the one table the crate uses; see `docs/linux-mapping.md`, "Kernel behaviour the design rests on":
     /// ENOENT/EOPNOTSUPP/ENODEV → not supported; EACCES/EPERM → privilege not held; ESRCH → invalid handle;
     /// EMFILE/ENFILE/ENOMEM/ENOSPC → insufficient resources; EINVAL/E2BIG → invalid parameter.
     pub fn from_errno(errno: i32) -> NtStatus {
@@ -130,6 +148,13 @@ impl fmt::Display for NtStatus {
 }
 
 impl std::error::Error for NtStatus {}
+
+/// The same table as [`NtStatus::from_errno`], for the kernel errors the `perf` layer returns.
+impl From<nix::errno::Errno> for NtStatus {
+    fn from(errno: nix::errno::Errno) -> NtStatus {
+        NtStatus::from_errno(errno as i32)
+    }
+}
 
 impl From<NtStatus> for i32 {
     fn from(s: NtStatus) -> i32 {

@@ -4,6 +4,10 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
+use nix::errno::Errno;
+
+use crate::perf::Tid;
+use crate::perf::{proc, sys};
 use crate::source::ProfileSource;
 use crate::status::NtStatus;
 
@@ -25,9 +29,9 @@ impl ProcessRef {
         if pid <= 0 {
             return Err(NtStatus::INVALID_CID);
         }
-        let pidfd = crate::perf::sys::pidfd_open(pid).map_err(|errno| match errno {
-            libc::ESRCH | libc::EINVAL => NtStatus::INVALID_CID,
-            other => NtStatus::from_errno(other),
+        let pidfd = sys::pidfd_open(pid).map_err(|errno| match errno {
+            Errno::ESRCH | Errno::EINVAL => NtStatus::INVALID_CID,
+            other => NtStatus::from(other),
         })?;
         let process = ProcessRef { pid, pidfd };
         process.check_access()?;
@@ -41,9 +45,7 @@ impl ProcessRef {
 
     /// True once the process has exited (its pidfd polls readable).
     pub fn has_exited(&self) -> bool {
-        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-        let mut fds = [PollFd::new(self.pidfd.as_fd(), PollFlags::POLLIN)];
-        matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+        sys::pidfd_has_exited(self.pidfd.as_fd())
     }
 
     /// May the caller profile this process now? (`STATUS_ACCESS_DENIED` if not.)
@@ -53,9 +55,9 @@ impl ProcessRef {
         match crate::perf::event::probe_pid(&spec, time.period_for(time.limits().default), self.pid)
         {
             Ok(()) => Ok(()),
-            Err(libc::EACCES | libc::EPERM) => Err(NtStatus::ACCESS_DENIED),
-            Err(libc::ESRCH) if self.has_exited() => Ok(()), // exited: the handle stays valid
-            Err(errno) => Err(NtStatus::from_errno(errno)),
+            Err(Errno::EACCES | Errno::EPERM) => Err(NtStatus::ACCESS_DENIED),
+            Err(Errno::ESRCH) if self.has_exited() => Ok(()), // exited: the handle stays valid
+            Err(errno) => Err(NtStatus::from(errno)),
         }
     }
 }
@@ -110,23 +112,19 @@ impl Target {
         matches!(self, Target::Global)
     }
 
-    /// The ids of the target's threads now (`[-1]` for global: one event per CPU for every task).
+    /// The ids of the target's threads now, sorted (`[Tid::ALL_TASKS]` for global: one event per CPU for
+    /// every task).
     ///
     /// # Errors
     /// `STATUS_INVALID_HANDLE` when the process is gone.
-    pub fn threads(&self) -> Result<Vec<i32>, NtStatus> {
-        let dir = match self {
-            Target::CurrentProcess => "/proc/self/task".to_string(),
+    pub fn threads(&self) -> Result<Vec<Tid>, NtStatus> {
+        let pid = match self {
+            Target::CurrentProcess => None,
             Target::Process(p) if p.has_exited() => return Ok(Vec::new()),
-            Target::Process(p) => format!("/proc/{}/task", p.pid),
-            Target::Global => return Ok(vec![-1]),
+            Target::Process(p) => Some(p.pid),
+            Target::Global => return Ok(vec![Tid::ALL_TASKS]),
         };
-        let entries = std::fs::read_dir(dir).map_err(|_| NtStatus::INVALID_HANDLE)?;
-        let mut tids: Vec<i32> = entries
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-            .collect();
-        tids.sort_unstable();
-        Ok(tids)
+        proc::thread_ids(pid).ok_or(NtStatus::INVALID_HANDLE)
     }
 }
 
@@ -140,21 +138,12 @@ const CAP_PERFMON: u32 = 38;
 
 /// True when the calling process holds `cap` in its effective set (`/proc/self/status`, `CapEff`).
 pub fn has_capability(cap: u32) -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("CapEff:"))?;
-            u64::from_str_radix(line.trim_start_matches("CapEff:").trim(), 16).ok()
-        })
-        .is_some_and(|caps| caps & (1u64 << cap) != 0)
+    cap < u64::BITS && proc::effective_capabilities() & (1u64 << cap) != 0
 }
 
 /// `kernel.perf_event_paranoid` now (2 when unreadable: the kernel's default).
 pub fn perf_event_paranoid() -> i32 {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(2)
+    proc::perf_event_paranoid().unwrap_or(2)
 }
 
 /// The system-profile privilege of the mapping: CAP_PERFMON, CAP_SYS_ADMIN, or `perf_event_paranoid <= 0`.

@@ -5,11 +5,7 @@
 
 mod common;
 
-use std::sync::Mutex;
-
 use ntprofile::{Profile, ProfileSource};
-
-static SERIAL: Mutex<()> = Mutex::new(());
 
 const PAGE: usize = 4096;
 
@@ -92,7 +88,7 @@ fn measure(n: u32, pages: usize) -> (u64, u64, ntprofile::ProfileStats) {
 
 #[test]
 fn every_fault_is_one_sample_at_interval_1() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = common::serial();
     let pages = 5000;
     let (faults, counted, stats) = measure(1, pages);
     println!("interval 1: {faults} faults by the kernel's count, {counted} counted, {stats:?}");
@@ -111,7 +107,7 @@ fn every_fault_is_one_sample_at_interval_1() {
 
 #[test]
 fn one_sample_every_n_faults() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _g = common::serial();
     for n in [7u32, 64] {
         let (faults, counted, stats) = measure(n, 4480);
         println!(

@@ -1,4 +1,4 @@
-//! Property tests of the KPROFILE arithmetic (spec sections 3 and 4) against an independent model written here:
+//! Property tests of the KPROFILE arithmetic (`docs/api.md` sections 3 and 4) against an independent model written here:
 //! the create-time checks in their NT order, and the counter a PC lands in.
 //!
 //! The model computes in `u128`, so it cannot share an overflow bug with the library's `u64` code.

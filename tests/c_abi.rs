@@ -147,6 +147,16 @@ typedef NTSTATUS(NTAPI *stats_fn)(HANDLE, PNTPROFILE_STATISTICS);
 typedef NTSTATUS(NTAPI *sources_fn)(PNTPROFILE_SOURCE_INFO, ULONG, PULONG);
 typedef NTSTATUS(NTAPI *register_fn)(ULONG, ULONGLONG, ULONGLONG, ULONGLONG, PKPROFILE_SOURCE);
 typedef NTSTATUS(NTAPI *jitter_fn)(KPROFILE_SOURCE, ULONG);
+typedef const char *(NTAPI *message_fn)(NTSTATUS);
+
+/* The Windows base types have Windows widths. */
+typedef char check_dword[sizeof(DWORD) == 4 && (DWORD)-1 > 0 ? 1 : -1];
+typedef char check_word[sizeof(WORD) == 2 ? 1 : -1];
+typedef char check_byte[sizeof(BYTE) == 1 ? 1 : -1];
+typedef char check_bool[sizeof(BOOL) == sizeof(int) && TRUE == 1 && FALSE == 0 ? 1 : -1];
+typedef char check_dword64[sizeof(DWORD64) == 8 ? 1 : -1];
+typedef char check_dword_ptr[sizeof(DWORD_PTR) == sizeof(void *) ? 1 : -1];
+typedef char check_profile_source_info[sizeof(PROFILE_SOURCE_INFO) == sizeof(NTPROFILE_SOURCE_INFO) ? 1 : -1];
 
 int ntprofile_header_check(int which);
 
@@ -162,6 +172,7 @@ int ntprofile_header_check(int which)
     sources_fn sources = NtprofileQuerySources;
     register_fn reg = NtprofileRegisterSource;
     jitter_fn jitter = NtprofileSetSourceJitter;
+    message_fn message = NtprofileStatusMessage;
 
     GROUP_AFFINITY ga;
     CLIENT_ID cid;
@@ -175,6 +186,13 @@ int ntprofile_header_check(int which)
     ULONG interval = 0;
     KAFFINITY all = (KAFFINITY)-1;
     NTSTATUS status = STATUS_SUCCESS;
+    PPROFILE_SOURCE_INFO listing = &info;
+    LPVOID any = &interval;
+    LPCVOID any_const = &interval;
+    UINT u = 1;
+    INT n = 1;
+    BOOL flag = TRUE;
+    DWORD dw = 1;
 
     ga.Mask = all;
     ga.Group = 0;
@@ -208,6 +226,8 @@ int ntprofile_header_check(int which)
     case STATUS_PROFILING_AT_LIMIT:
     case STATUS_INTERNAL_ERROR:
     case STATUS_INVALID_PARAMETER_7:
+    case STATUS_UNSUCCESSFUL:
+    case STATUS_NO_MEMORY:
         break;
     default:
         return -1;
@@ -224,6 +244,8 @@ int ntprofile_header_check(int which)
     case 7: return sources(&info, 1, &interval);
     case 8: return reg(0, 0, 0, 0, &src);
     case 9: return jitter(src, 0);
+    case 10: return message(status)[0];
+    case 11: return sources(listing, 1, &interval) + (any == any_const) + (int)u + n + flag + (int)dw;
     default: return (int)sizeof(UCHAR) + (int)sizeof(BOOLEAN) + (int)sizeof(LONG) + (int)sizeof(ULONG_PTR) +
                     (int)sizeof(LONG_PTR) + (int)sizeof(SIZE_T) + (int)sizeof(PVOID);
     }
@@ -385,14 +407,39 @@ fn header_constants() -> (Named, Named) {
     (statuses, sources)
 }
 
+/// Statuses the header defines for code ported from Windows although the library never returns them.
+const WINDOWS_ONLY_STATUSES: [(&str, u32); 2] = [
+    ("STATUS_UNSUCCESSFUL", 0xC000_0001),
+    ("STATUS_NO_MEMORY", 0xC000_0017),
+];
+
+/// Every status value the crate names (scanning the ranges NT statuses of this contract live in).
+fn crate_statuses() -> Vec<(String, u32)> {
+    [
+        0u32..=0x1000,
+        0x8000_0000..=0x8000_1000,
+        0xC000_0000..=0xC000_1000,
+    ]
+    .into_iter()
+    .flatten()
+    .filter_map(|v| Some((NtStatus(v as i32).name()?.to_string(), v)))
+    .collect()
+}
+
 #[test]
 fn header_constants_match_the_crate() {
     let (statuses, sources) = header_constants();
-    assert!(
-        statuses.len() >= 18,
-        "the header should define at least the 18 statuses of the spec: {statuses:?}"
-    );
+    for (name, value) in crate_statuses() {
+        assert!(
+            statuses.contains(&(name.clone(), value)),
+            "the crate's {name} (0x{value:08X}) is not defined in the header: {statuses:?}"
+        );
+    }
     for (name, value) in &statuses {
+        if let Some((_, windows)) = WINDOWS_ONLY_STATUSES.iter().find(|(n, _)| n == name) {
+            assert_eq!(value, windows, "{name} has the wrong value in the header");
+            continue;
+        }
         assert_eq!(
             NtStatus(*value as i32).name(),
             Some(name.as_str()),
@@ -423,15 +470,115 @@ fn header_constants_match_the_crate() {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// Windows base types beside a program's own.
+// ---------------------------------------------------------------------------------------------------------
+
+/// Programs that define `DWORD`, `BOOL` and friends themselves, before or after the include, in the ways ported
+/// code does: each must compile as C11 and C++17 with -Werror -pedantic, and as C99 when the flag is true (an
+/// unguarded redefinition after the include is only valid where the language allows an identical typedef
+/// twice, which C99 does not).
+const OWN_TYPES: [(&str, &str, bool); 5] = [
+    (
+        "macros_before",
+        "#define DWORD unsigned int\n#define BOOL int\n#define BYTE unsigned char\n\
+         #include \"ntprofile.h\"\n",
+        true,
+    ),
+    (
+        "typedefs_before_with_switch",
+        "#include <stdint.h>\ntypedef uint32_t DWORD;\ntypedef int BOOL;\ntypedef unsigned short WORD;\n\
+         #define NTPROFILE_NO_WINDOWS_TYPES\n#include \"ntprofile.h\"\n",
+        true,
+    ),
+    (
+        "windows_header_before",
+        "/* what a mingw or Wine <minwindef.h> leaves behind */\n#define _MINWINDEF_\n\
+         typedef unsigned int DWORD;\ntypedef int BOOL;\ntypedef unsigned char BYTE;\ntypedef void *LPVOID;\n\
+         #ifndef TRUE\n#define TRUE 1\n#endif\n#include \"ntprofile.h\"\n",
+        true,
+    ),
+    (
+        "guarded_after",
+        "#include \"ntprofile.h\"\n#ifndef NTPROFILE_WINDOWS_TYPES\ntypedef unsigned int DWORD;\n\
+         typedef int BOOL;\n#endif\n",
+        true,
+    ),
+    (
+        "identical_typedefs_after",
+        "#include \"ntprofile.h\"\ntypedef unsigned int DWORD;\ntypedef int BOOL;\n\
+         #ifndef TRUE\n#define TRUE 1\n#endif\n",
+        false,
+    ),
+];
+
+/// The part every variant shares: the types are usable with Windows widths, and so is the API.
+const OWN_TYPES_BODY: &str = "
+typedef char own_dword_is_32_bits[sizeof(DWORD) == 4 ? 1 : -1];
+typedef char own_bool_is_int[sizeof(BOOL) == sizeof(int) ? 1 : -1];
+int own_types_check(void);
+int own_types_check(void)
+{
+    DWORD d = 7;
+    BOOL b = TRUE;
+    ULONG interval = 0;
+    return (int)d + b + NtQueryIntervalProfile(ProfileTime, &interval);
+}
+";
+
+#[test]
+fn windows_types_coexist_with_the_programs_own() {
+    let scratch = Scratch::new("own_types");
+    for (name, prelude, c99) in OWN_TYPES {
+        let c = scratch.path(&format!("{name}.c"));
+        let cc = scratch.path(&format!("{name}.cc"));
+        let text = format!("{prelude}{OWN_TYPES_BODY}");
+        std::fs::write(&c, &text).unwrap();
+        std::fs::write(&cc, &text).unwrap();
+        let modes: &[(&str, &str, &PathBuf)] = if c99 {
+            &[
+                ("gcc", "-std=c99", &c),
+                ("gcc", "-std=c11", &c),
+                ("g++", "-std=c++17", &cc),
+            ]
+        } else {
+            &[("gcc", "-std=c11", &c), ("g++", "-std=c++17", &cc)]
+        };
+        for (compiler, std_flag, src) in modes {
+            run_tool(
+                Command::new(compiler)
+                    .arg(std_flag)
+                    .args(STRICT)
+                    .arg("-I")
+                    .arg(include_dir())
+                    .arg("-c")
+                    .arg(src)
+                    .arg("-o")
+                    .arg(scratch.path(&format!("{name}{std_flag}.o"))),
+            );
+            println!("{name}: {compiler} {std_flag} {}: ok", STRICT.join(" "));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // (d) The C programs.
 // ---------------------------------------------------------------------------------------------------------
 
 /// Compile `ffi/<name>.c` against the header and the shared library into `scratch`.
+///
+/// The library's SONAME is `libntprofile.so.<major>`, so the program records that name; cargo writes only
+/// `libntprofile.so`, so the scratch directory gets a `libntprofile.so.<major>` symlink to it and becomes the
+/// program's rpath.
 fn build_program(scratch: &Scratch, name: &str) -> PathBuf {
     let lib_dir = lib_dir();
     let exe = scratch.path(name);
+    let soname = scratch.path(concat!("libntprofile.so.", env!("CARGO_PKG_VERSION_MAJOR")));
+    if std::fs::symlink_metadata(&soname).is_err() {
+        std::os::unix::fs::symlink(lib_dir.join("libntprofile.so"), &soname)
+            .expect("symlink the SONAME to libntprofile.so");
+    }
     let mut rpath = std::ffi::OsString::from("-Wl,-rpath,");
-    rpath.push(&lib_dir);
+    rpath.push(&scratch.0);
     run_tool(
         Command::new("gcc")
             .args(["-O2", "-std=c11"])
@@ -534,6 +681,30 @@ fn example_hot_c() {
     let exe = build_program(&scratch, "example_hot");
     let (ok, out) = run_program(&exe);
     assert!(ok, "ffi/example_hot.c failed:\n{out}");
+}
+
+#[test]
+fn status_message_c() {
+    let scratch = Scratch::new("status_message");
+    let exe = build_program(&scratch, "status_message");
+    let (ok, out) = run_program(&exe);
+    assert!(ok, "ffi/status_message.c failed:\n{out}");
+    let mut compared = 0;
+    for line in out.lines().filter(|l| l.starts_with("0x")) {
+        let (hex, text) = line.split_once(' ').unwrap();
+        let value = u32::from_str_radix(&hex[2..], 16).unwrap();
+        let status = NtStatus(value as i32);
+        assert_eq!(
+            text,
+            status.message(),
+            "NtprofileStatusMessage(0x{value:08X}) differs from the Rust API's text"
+        );
+        if let Some(name) = status.name() {
+            assert!(text.starts_with(&format!("{name}: ")), "{line}");
+        }
+        compared += 1;
+    }
+    assert_eq!(compared, 25, "{out}");
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! `STATUS_PROFILING_AT_LIMIT`: at most 8192 × online processors started profiles (spec section 5), reached
+//! `STATUS_PROFILING_AT_LIMIT`: at most 8192 × online processors started profiles (`docs/api.md` section 5), reached
 //! through the C exports the way a Windows-origin client would, and the cost of getting there stays linear.
 
 use std::ffi::c_void;

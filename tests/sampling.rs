@@ -4,13 +4,13 @@
 //!
 //! Every profile here is a profile of this test process, so it sees every thread of it, including the threads
 //! of other tests in this file; and the interval is per source and process-wide. Every test that samples or
-//! touches the interval therefore holds [`SERIAL`], and each test spins in its own hot function, which lives
+//! touches the interval therefore holds `common::serial()`, and each test spins in its own hot function, which lives
 //! alone in its own linker section so that its address range is exact (see [`hot_fn!`]).
 
 mod common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
+use std::sync::{Arc, mpsc};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -114,12 +114,8 @@ const CHUNK: u64 = 100_000;
 // Spinning threads, their CPU time, serialization.
 // ---------------------------------------------------------------------------------------------------------
 
-/// Held by every test that samples or changes the interval (see the module docs).
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
-}
+// Held by every test that samples or changes the interval (see the module docs).
+use common::serial;
 
 /// Sets ProfileTime's interval for the test and restores the previous one when dropped (also on a panic).
 struct IntervalGuard {

@@ -245,8 +245,18 @@ fn output(cmd: &mut Command) -> Result<std::process::Output, String> {
 /// Build the workload into `dir`.
 pub fn build_workload(cfg: &Config, dir: &Path) -> Result<PathBuf, String> {
     let exe = dir.join("workload");
+    // The library's SONAME is `libntprofile.so.<major>`, which the program records; cargo writes only
+    // `libntprofile.so`: the scratch directory gets the SONAME as a symlink and is the program's rpath.
+    let soname = dir.join(format!(
+        "libntprofile.so.{}",
+        env!("CARGO_PKG_VERSION_MAJOR")
+    ));
+    if std::fs::symlink_metadata(&soname).is_err() {
+        std::os::unix::fs::symlink(cfg.lib_dir.join("libntprofile.so"), &soname)
+            .map_err(|e| format!("{soname:?}: {e}"))?;
+    }
     let mut rpath = std::ffi::OsString::from("-Wl,-rpath,");
-    rpath.push(&cfg.lib_dir);
+    rpath.push(dir);
     output(
         Command::new("gcc")
             // Warnings are shown, not fatal: a newer gcc's new warning must not stop the suite or its smoke test.

@@ -33,6 +33,8 @@ pub enum Command {
     Sources,
     /// Profile a bundled workload inside ntprof itself (the in-process use of the API).
     Demo(DemoOptions),
+    /// Render a saved JSON profile (--json FILE) again, in any format, without re-running.
+    Report(crate::report_cmd::ReportArgs),
 }
 
 const RECORD_AFTER_HELP: &str = "\

@@ -12,12 +12,12 @@ mod output;
 mod progress;
 mod record;
 mod report;
+mod report_cmd;
 mod sources;
 mod symbols;
 mod text;
 mod workload;
 
-use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -26,11 +26,8 @@ use args::{Cli, Command};
 use record::{Failure, Outcome};
 
 /// Write to stdout; a closed pipe (`ntprof sources | head`) is not an error.
-fn print(text: &str) {
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush());
+fn print(text: &str) -> Result<(), String> {
+    output::write_stdout(text.as_bytes())
 }
 
 fn finish(result: Result<(), String>) -> ExitCode {
@@ -69,7 +66,16 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Record(a) => report(record::record(&a), &a.output),
         Command::Attach(a) => report(record::attach(&a), &a.output),
-        Command::Sources => finish(sources::run().map(|text| print(&text))),
-        Command::Demo(opts) => finish(demo::run(&opts, &mut |text| print(text))),
+        Command::Sources => finish(sources::run().and_then(|text| print(&text))),
+        Command::Demo(opts) => {
+            let mut written = Ok(());
+            let run = demo::run(&opts, &mut |text| {
+                if written.is_ok() {
+                    written = print(text);
+                }
+            });
+            finish(run.and(written))
+        }
+        Command::Report(a) => finish(report_cmd::run(&a)),
     }
 }

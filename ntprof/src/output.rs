@@ -1,9 +1,19 @@
 //! Where and in which formats a [`Report`] is written: `--format`, `--output`, and the extra outputs.
 //!
-//! Shared by `ntprof record`, `ntprof attach` and `ntprof report` (flattened into each with clap).
-#![allow(dead_code)] // Filled in by the format work; the recorder already calls `emit`.
+//! Shared by `ntprof record`, `ntprof attach` and `ntprof report` (flattened into each with clap). Every format is
+//! rendered from the [`Report`] alone. Each output is rendered in memory and then written in one go; a failed write
+//! is an error naming the file (or standard output), except a broken pipe (`ntprof record … | head`), which ends
+//! that output quietly as other Unix tools do.
 
-use std::path::PathBuf;
+#[cfg(test)]
+mod fixture;
+mod flame;
+mod pprof;
+mod table;
+
+use std::fs::File;
+use std::io::{self, IsTerminal, Write};
+use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 
@@ -20,28 +30,50 @@ pub enum Format {
     Csv,
     /// Google's pprof `profile.proto`, gzipped.
     Pprof,
+    /// A flame graph (SVG): module -> function -> inlined function -> file:line.
+    Flamegraph,
+}
+
+impl Format {
+    /// The format a file name asks for by its extension, if any.
+    pub fn from_path(path: &Path) -> Option<Format> {
+        let name = path.file_name()?.to_str()?.to_ascii_lowercase();
+        let ends = |ext: &str| name.ends_with(ext);
+        if ends(".json") {
+            Some(Format::Json)
+        } else if ends(".csv") {
+            Some(Format::Csv)
+        } else if ends(".pb.gz") || ends(".pb") || ends(".pprof") {
+            Some(Format::Pprof)
+        } else if ends(".svg") {
+            Some(Format::Flamegraph)
+        } else {
+            None
+        }
+    }
 }
 
 /// Output options common to every command that produces a report.
-#[derive(Debug, Clone, Args)]
+#[derive(Debug, Clone, Default, Args)]
 pub struct OutputArgs {
-    /// Format of the main output. Default: from the --output file's extension (.json, .csv, .pb.gz/.pprof),
+    /// Format of the main output. Default: from the --output file's extension (.json, .csv, .pb.gz/.pprof, .svg),
     /// otherwise text.
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub format: Option<Format>,
-    /// Write the main output to FILE instead of the terminal.
+    /// Write the main output to FILE instead of standard output ('-' is standard output).
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Also write the JSON report to FILE.
+    /// Also write the JSON report to FILE (read it again with 'ntprof report FILE').
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Also write the CSV rows to FILE.
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
-    /// Also write a gzipped pprof profile to FILE.
+    /// Also write a gzipped pprof profile to FILE (for 'pprof -top FILE', 'pprof -http=: FILE').
     #[arg(long, value_name = "FILE")]
     pub pprof: Option<PathBuf>,
-    /// Also write a flame graph (SVG) to FILE: module -> function -> inlined function -> file:line.
+    /// Also write a flame graph (SVG) to FILE: module -> function -> inlined function -> file:line. With several
+    /// sources, the first goes to FILE and each other to FILE's name with '.SOURCE' before '.svg'.
     #[arg(long, value_name = "FILE.svg")]
     pub flamegraph: Option<PathBuf>,
     /// How many functions and lines the text report shows.
@@ -52,24 +84,339 @@ pub struct OutputArgs {
     pub quiet: bool,
 }
 
-/// Write every output that `args` asks for.
-pub fn emit(report: &Report, args: &OutputArgs) -> Result<(), String> {
-    // Until the format work lands: the text report (or the JSON of the report) on stdout.
-    use std::io::Write;
-    let text = match args.format {
-        Some(Format::Json) => {
-            serde_json::to_string_pretty(report).map_err(|e| e.to_string())? + "\n"
+impl OutputArgs {
+    /// The format of the main output: `--format`, else the `--output` file's extension, else text.
+    pub fn main_format(&self) -> Format {
+        self.format
+            .or_else(|| self.output.as_deref().and_then(Format::from_path))
+            .unwrap_or(Format::Text)
+    }
+}
+
+/// Where one output goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Sink {
+    Stdout,
+    File(PathBuf),
+}
+
+impl Sink {
+    fn of(path: Option<&Path>) -> Sink {
+        match path {
+            None => Sink::Stdout,
+            Some(p) if p == Path::new("-") => Sink::Stdout,
+            Some(p) => Sink::File(p.to_path_buf()),
         }
-        _ => crate::text::render(report, args.top),
+    }
+}
+
+/// How writing one output ended badly.
+#[derive(Debug, PartialEq, Eq)]
+enum WriteError {
+    /// The reader went away (EPIPE): stop quietly.
+    BrokenPipe,
+    /// Anything else, with the message for the user.
+    Failed(String),
+}
+
+/// Write `bytes` to `sink`.
+fn write_all(sink: &Sink, bytes: &[u8]) -> Result<(), WriteError> {
+    let classify = |e: io::Error, what: &dyn Fn(&io::Error) -> String| {
+        if e.kind() == io::ErrorKind::BrokenPipe {
+            WriteError::BrokenPipe
+        } else {
+            WriteError::Failed(what(&e))
+        }
     };
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(format!("cannot write the report: {e}"))
+    match sink {
+        Sink::Stdout => {
+            let mut out = io::stdout().lock();
+            out.write_all(bytes)
+                .and_then(|()| out.flush())
+                .map_err(|e| classify(e, &|e| format!("cannot write to standard output: {e}")))
         }
-        _ => Ok(()),
+        Sink::File(path) => {
+            let mut file = File::create(path)
+                .map_err(|e| classify(e, &|e| format!("cannot create {}: {e}", path.display())))?;
+            file.write_all(bytes)
+                .and_then(|()| file.sync_data().or_else(ignore_unsyncable))
+                .map_err(|e| classify(e, &|e| format!("cannot write {}: {e}", path.display())))
+        }
+    }
+}
+
+/// `fsync` is refused by pipes, terminals and some devices (EINVAL, ENOTSUP): nothing more to flush there. On a
+/// regular file it is what reports a full disk that `write` did not (delayed allocation).
+fn ignore_unsyncable(e: io::Error) -> io::Result<()> {
+    match e.kind() {
+        io::ErrorKind::InvalidInput | io::ErrorKind::Unsupported => Ok(()),
+        _ => Err(e),
+    }
+}
+
+/// Write `bytes` to standard output: a failure is an error with its reason, a closed pipe (`ntprof … | head`) is
+/// not (the reader has gone; nothing is left to do).
+pub fn write_stdout(bytes: &[u8]) -> Result<(), String> {
+    match write_all(&Sink::Stdout, bytes) {
+        Ok(()) | Err(WriteError::BrokenPipe) => Ok(()),
+        Err(WriteError::Failed(msg)) => Err(msg),
+    }
+}
+
+/// The JSON document of a report (the versioned schema), with a final newline.
+pub fn json(report: &Report) -> Result<Vec<u8>, String> {
+    let mut bytes = serde_json::to_vec_pretty(report)
+        .map_err(|e| format!("cannot encode the JSON report: {e}"))?;
+    bytes.push(b'\n');
+    Ok(bytes)
+}
+
+/// The flame graph outputs: `path` for the first source, `path` with `.SOURCE` before the extension for the others.
+fn flamegraphs(report: &Report, path: Option<&Path>) -> Vec<(Sink, Result<Vec<u8>, String>)> {
+    if report.sources.is_empty() {
+        return vec![(
+            Sink::of(path),
+            Err("the report has no source to draw a flame graph of".into()),
+        )];
+    }
+    report
+        .sources
+        .iter()
+        .enumerate()
+        .map(|(i, source)| {
+            let sink = match (i, path) {
+                (0, _) => Sink::of(path),
+                (_, None) => {
+                    // Several SVG documents one after the other on standard output would be no SVG at all.
+                    let msg = format!(
+                        "a flame graph of {} too: several sources need --flamegraph FILE.svg (one file each)",
+                        source.name
+                    );
+                    return (Sink::Stdout, Err(msg));
+                }
+                (_, Some(p)) => {
+                    let name = p
+                        .file_name()
+                        .map(|n| n.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    let tag: String = source
+                        .name
+                        .chars()
+                        .map(|c| {
+                            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                                c
+                            } else {
+                                '_'
+                            }
+                        })
+                        .collect();
+                    let name = match name.strip_suffix(".svg") {
+                        Some(stem) => format!("{stem}.{tag}.svg"),
+                        None => format!("{name}.{tag}"),
+                    };
+                    Sink::File(p.with_file_name(name))
+                }
+            };
+            (sink, flame::render_source(report, source))
+        })
+        .collect()
+}
+
+/// Render one of the single-document formats (the flame graph has one document per source: [`flamegraphs`]).
+fn render(report: &Report, format: Format, top: usize) -> Result<Vec<u8>, String> {
+    match format {
+        Format::Text => Ok(crate::text::render(report, top).into_bytes()),
+        Format::Json => json(report),
+        Format::Csv => table::render(report),
+        Format::Pprof => pprof::render(report),
+        Format::Flamegraph => flame::render_source(
+            report,
+            report
+                .sources
+                .first()
+                .ok_or("the report has no source to draw a flame graph of")?,
+        ),
+    }
+}
+
+/// Write every output that `args` asks for: the files first, then the main output. Every output is attempted;
+/// the error lists each one that failed. A broken pipe on an output is not an error (the reader has gone).
+pub fn emit(report: &Report, args: &OutputArgs) -> Result<(), String> {
+    let mut jobs: Vec<(Sink, Result<Vec<u8>, String>)> = Vec::new();
+    if let Some(path) = &args.json {
+        jobs.push((Sink::of(Some(path)), json(report)));
+    }
+    if let Some(path) = &args.csv {
+        jobs.push((Sink::of(Some(path)), table::render(report)));
+    }
+    if let Some(path) = &args.pprof {
+        jobs.push((Sink::of(Some(path)), pprof::render(report)));
+    }
+    if let Some(path) = &args.flamegraph {
+        jobs.extend(flamegraphs(report, Some(path)));
+    }
+    let format = args.main_format();
+    let main = Sink::of(args.output.as_deref());
+    if format == Format::Pprof && main == Sink::Stdout && io::stdout().is_terminal() {
+        jobs.push((
+            main,
+            Err("not writing a binary pprof profile to the terminal: give --output FILE.pb.gz, or redirect".into()),
+        ));
+    } else if format == Format::Flamegraph {
+        jobs.extend(flamegraphs(report, args.output.as_deref()));
+    } else {
+        jobs.push((main, render(report, format, args.top)));
+    }
+
+    let mut errors = Vec::new();
+    for (sink, rendered) in jobs {
+        match rendered
+            .map_err(WriteError::Failed)
+            .and_then(|bytes| write_all(&sink, &bytes))
+        {
+            Ok(()) | Err(WriteError::BrokenPipe) => {}
+            Err(WriteError::Failed(msg)) => errors.push(msg),
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("\nntprof: error: "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_from_extension() {
+        let f = |p: &str| Format::from_path(Path::new(p));
+        assert_eq!(f("run.json"), Some(Format::Json));
+        assert_eq!(f("run.CSV"), Some(Format::Csv));
+        assert_eq!(f("cpu.pb.gz"), Some(Format::Pprof));
+        assert_eq!(f("flame.svg"), Some(Format::Flamegraph));
+        assert_eq!(f("report.txt"), None);
+        let args = OutputArgs {
+            output: Some("x.csv".into()),
+            ..OutputArgs::default()
+        };
+        assert_eq!(args.main_format(), Format::Csv);
+        let args = OutputArgs {
+            output: Some("x.csv".into()),
+            format: Some(Format::Json),
+            ..OutputArgs::default()
+        };
+        assert_eq!(args.main_format(), Format::Json);
+    }
+
+    #[test]
+    fn write_failures_name_the_file() {
+        let e = write_all(&Sink::File("/nonexistent-dir/x.json".into()), b"{}").unwrap_err();
+        assert_eq!(
+            e,
+            WriteError::Failed(
+                "cannot create /nonexistent-dir/x.json: No such file or directory (os error 2)"
+                    .into()
+            )
+        );
+        let e = write_all(&Sink::File("/dev/full".into()), b"{}").unwrap_err();
+        assert_eq!(
+            e,
+            WriteError::Failed(
+                "cannot write /dev/full: No space left on device (os error 28)".into()
+            )
+        );
+    }
+
+    #[test]
+    fn every_output_is_attempted_and_every_failure_reported() {
+        let dir = std::env::temp_dir().join(format!("ntprof-emit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let report = fixture::report();
+        let args = OutputArgs {
+            format: Some(Format::Json),
+            output: Some(dir.join("main.json")),
+            json: Some("/nonexistent-dir/a.json".into()),
+            csv: Some(dir.join("rows.csv")),
+            pprof: Some("/dev/full".into()),
+            flamegraph: Some(dir.join("flame.svg")),
+            ..OutputArgs::default()
+        };
+        let err = emit(&report, &args).unwrap_err();
+        assert!(
+            err.contains("/nonexistent-dir/a.json") && err.contains("/dev/full"),
+            "{err}"
+        );
+        let back: Report =
+            serde_json::from_slice(&std::fs::read(dir.join("main.json")).unwrap()).unwrap();
+        assert_eq!(back, report);
+        assert!(
+            std::fs::read_to_string(dir.join("rows.csv"))
+                .unwrap()
+                .starts_with("source,")
+        );
+        assert!(
+            std::fs::read_to_string(dir.join("flame.svg"))
+                .unwrap()
+                .contains("hot_a")
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Every key the JSON writer produces has its row in docs/json-schema.md.
+    #[test]
+    fn the_schema_document_describes_every_field() {
+        fn keys(value: &serde_json::Value, out: &mut Vec<String>) {
+            match value {
+                serde_json::Value::Object(map) => {
+                    for (k, v) in map {
+                        out.push(k.clone());
+                        keys(v, out);
+                    }
+                }
+                serde_json::Value::Array(items) => items.iter().for_each(|v| keys(v, out)),
+                _ => {}
+            }
+        }
+        let doc = include_str!("../../docs/json-schema.md");
+        let value: serde_json::Value =
+            serde_json::from_slice(&json(&fixture::report()).unwrap()).unwrap();
+        let mut all = Vec::new();
+        keys(&value, &mut all);
+        assert!(all.len() > 50);
+        let missing: Vec<&String> = all
+            .iter()
+            .filter(|k| !doc.contains(&format!("| `{k}` |")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "docs/json-schema.md lacks rows for {missing:?}"
+        );
+        assert!(
+            doc.contains(&format!("schema version {}", crate::report::SCHEMA_VERSION))
+                || doc.contains(&format!("(version {})", crate::report::SCHEMA_VERSION))
+        );
+    }
+
+    #[test]
+    fn one_flame_graph_per_source() {
+        let mut report = fixture::report();
+        let mut second = report.sources[0].clone();
+        second.name = "page-faults".into();
+        report.sources.push(second);
+        let out = flamegraphs(&report, Some(Path::new("/tmp/x/flame.svg")));
+        let sinks: Vec<Sink> = out.into_iter().map(|(s, _)| s).collect();
+        let on_stdout = flamegraphs(&report, None);
+        assert!(
+            on_stdout[0].1.is_ok() && on_stdout[1].1.as_ref().unwrap_err().contains("FILE.svg")
+        );
+        assert_eq!(
+            sinks,
+            [
+                Sink::File("/tmp/x/flame.svg".into()),
+                Sink::File("/tmp/x/flame.page-faults.svg".into())
+            ]
+        );
     }
 }

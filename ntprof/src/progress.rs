@@ -1,9 +1,12 @@
 //! Live progress on stderr while recording: elapsed time, samples so far per source, lost so far.
 //!
-//! Shown only when stderr is a terminal and `--quiet` is not given.
-#![allow(dead_code)] // Filled in by the format work; the recorder already drives it.
+//! Shown only when stderr is a terminal and `--quiet` is not given; otherwise every method does nothing, so that a
+//! piped or redirected stderr gets no control sequences.
 
+use std::io::IsTerminal;
 use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// What the recorder knows of one source at a moment of the run.
 #[derive(Debug, Clone, Default)]
@@ -20,22 +23,125 @@ pub struct SourceProgress {
 
 /// The progress display of one run. Every method is cheap and may be called a few times per second.
 pub struct Progress {
-    _private: (),
+    bar: Option<ProgressBar>,
+}
+
+/// `12.3s`, `2m05.1s`, `1h02m03s`.
+fn elapsed_text(elapsed: Duration) -> String {
+    let s = elapsed.as_secs_f64();
+    if s < 60.0 {
+        format!("{s:.1}s")
+    } else if s < 3600.0 {
+        format!("{}m{:04.1}s", (s / 60.0) as u64, s % 60.0)
+    } else {
+        let t = elapsed.as_secs();
+        format!("{}h{:02}m{:02}s", t / 3600, t / 60 % 60, t % 60)
+    }
+}
+
+/// The line shown for `sources`.
+fn status_line(sources: &[SourceProgress]) -> String {
+    sources
+        .iter()
+        .map(|s| {
+            let samples = s.counted + s.outside;
+            let mut part = format!("{}: {samples} samples ({} outside)", s.name, s.outside);
+            if s.lost > 0 {
+                part.push_str(&format!(", {} LOST", s.lost));
+            } else {
+                part.push_str(", 0 lost");
+            }
+            part
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
 
 impl Progress {
     /// A display for a run described by `what` (`record: ./prog`, `attach: pid 1234`); hidden when `quiet` or when
     /// stderr is not a terminal.
     pub fn new(what: &str, quiet: bool) -> Progress {
-        let _ = (what, quiet);
-        Progress { _private: () }
+        Progress::with_terminal(what, quiet, std::io::stderr().is_terminal())
+    }
+
+    fn with_terminal(what: &str, quiet: bool, terminal: bool) -> Progress {
+        if quiet || !terminal {
+            return Progress { bar: None };
+        }
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        let style = ProgressStyle::with_template("{spinner} ntprof {prefix} [{msg}]")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner());
+        bar.set_style(style);
+        bar.set_prefix(what.to_string());
+        bar.set_message("0.0s");
+        Progress { bar: Some(bar) }
+    }
+
+    /// Whether anything is drawn.
+    #[cfg(test)]
+    fn visible(&self) -> bool {
+        self.bar.is_some()
     }
 
     /// Show the state after `elapsed`.
     pub fn update(&self, elapsed: Duration, sources: &[SourceProgress]) {
-        let _ = (elapsed, sources);
+        if let Some(bar) = &self.bar {
+            bar.set_message(format!(
+                "{} | {}",
+                elapsed_text(elapsed),
+                status_line(sources)
+            ));
+            bar.tick();
+        }
     }
 
     /// Remove the display (before the report is printed).
-    pub fn finish(&self) {}
+    pub fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.finish();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hidden_when_quiet_or_not_a_terminal() {
+        assert!(!Progress::with_terminal("record: x", true, true).visible());
+        assert!(!Progress::with_terminal("record: x", false, false).visible());
+        assert!(Progress::with_terminal("record: x", false, true).visible());
+    }
+
+    #[test]
+    fn the_line_has_elapsed_samples_per_source_and_lost() {
+        let sources = [
+            SourceProgress {
+                name: "Timer".into(),
+                counted: 900,
+                outside: 100,
+                lost: 0,
+            },
+            SourceProgress {
+                name: "page-faults".into(),
+                counted: 5,
+                outside: 0,
+                lost: 2,
+            },
+        ];
+        assert_eq!(
+            status_line(&sources),
+            "Timer: 1000 samples (100 outside), 0 lost | page-faults: 5 samples (0 outside), 2 LOST"
+        );
+        assert_eq!(elapsed_text(Duration::from_millis(12_345)), "12.3s");
+        assert_eq!(elapsed_text(Duration::from_millis(125_100)), "2m05.1s");
+        assert_eq!(elapsed_text(Duration::from_secs(3723)), "1h02m03s");
+    }
 }

@@ -10,15 +10,47 @@
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
-use crossbeam::channel::{Receiver, Sender};
+use crossbeam::channel::{Receiver, Sender, bounded};
 
-use super::counters::CounterBuf;
+use super::counters::{CounterBuf, Counts, ProfileId, ProfileStats, StreamId};
 use super::index::RangeIndex;
 use crate::affinity::CpuSet;
 use crate::buckets::BucketLayout;
 use crate::perf::ring::{Record, Ring};
 use crate::perf::sys::{EMPTY_EVENT, EPOLLHUP, Epoll, Waker};
-use crate::profile::{ProfileCore, ProfileStats};
+use crate::status::NtStatus;
+
+/// The way to the consumer thread: its request queue and its wake-up eventfd. Held by the engine and cloned into
+/// the jitter thread (which sends the rings of re-opened streams).
+#[derive(Clone)]
+pub(crate) struct ConsumerLink {
+    tx: Sender<Msg>,
+    waker: Arc<Waker>,
+}
+
+impl ConsumerLink {
+    /// The link over request queue `tx` and eventfd `waker`.
+    pub(crate) fn new(tx: Sender<Msg>, waker: Arc<Waker>) -> ConsumerLink {
+        ConsumerLink { tx, waker }
+    }
+
+    /// Send a request to the consumer and wait for its ack.
+    pub(crate) fn request(&self, make: impl FnOnce(Sender<()>) -> Msg) -> Result<(), NtStatus> {
+        let (ack, done) = bounded(1);
+        self.tx
+            .send(make(ack))
+            .map_err(|_| NtStatus::INTERNAL_ERROR)?;
+        self.waker.wake();
+        // A consumer that died drops the ack sender: recv fails rather than hanging.
+        done.recv().map_err(|_| NtStatus::INTERNAL_ERROR)
+    }
+
+    /// Ask the consumer to leave its loop (no ack: the caller joins the thread).
+    pub(crate) fn exit(&self) {
+        let _ = self.tx.send(Msg::Exit);
+        self.waker.wake();
+    }
+}
 
 /// The shortest sleep between timed drains while samples flow: at very high rates the consumer drains at least
 /// this often, so that a ring keeps most of its space free for a moment when the consumer is not scheduled.
@@ -73,8 +105,8 @@ pub(crate) fn busy_timeout(fill: Fill, elapsed_ms: u64) -> i32 {
 /// The epoll token of the wake-up eventfd.
 const WAKER_TOKEN: u64 = u64::MAX;
 
-/// One mapped ring handed to the consumer.
-pub(crate) struct RingIn {
+/// One CPU's mapped ring of a stream, handed to the consumer, which reads and finally unmaps it.
+pub(crate) struct CpuRing {
     pub cpu: usize,
     pub ring: Ring,
     /// The descriptor that owns the ring, for epoll (owned by the API side until `RemoveStream` is acked).
@@ -85,33 +117,33 @@ pub(crate) struct RingIn {
 pub(crate) enum Msg {
     /// Rings of a stream (new, or grown by more CPUs).
     AddRings {
-        stream: u64,
-        rings: Vec<RingIn>,
+        stream: StreamId,
+        rings: Vec<CpuRing>,
         ack: Sender<()>,
     },
     /// Drain and drop every ring of the stream whose owning descriptor is not in `keep` (the rings of events
     /// that were just replaced); the API side closes those descriptors after the ack.
     RetireRings {
-        stream: u64,
+        stream: StreamId,
         keep: Vec<RawFd>,
         ack: Sender<()>,
     },
     /// Start counting for a profile on a stream, on these CPUs.
     Publish {
-        stream: u64,
-        core: Arc<ProfileCore>,
+        stream: StreamId,
+        counts: Arc<Counts>,
         cpus: CpuSet,
         ack: Sender<()>,
     },
     /// Drain the stream's rings (so every sample taken before the request counts), then stop counting for the
     /// profile and forget its buffer.
     Unpublish {
-        stream: u64,
-        profile: u64,
+        stream: StreamId,
+        profile: ProfileId,
         ack: Sender<()>,
     },
     /// Drain the stream's rings and unmap them; the API side closes the descriptors after the ack.
-    RemoveStream { stream: u64, ack: Sender<()> },
+    RemoveStream { stream: StreamId, ack: Sender<()> },
     /// Drain everything now (live reads that want fresh counts).
     Sync { ack: Sender<()> },
     /// Leave the loop.
@@ -120,24 +152,19 @@ pub(crate) enum Msg {
 
 /// A started profile as the consumer sees it.
 struct Active {
-    core: Arc<ProfileCore>,
+    counts: Arc<Counts>,
     layout: BucketLayout,
     buf: CounterBuf,
     cpus: CpuSet,
-    /// Not yet published to `core.stats`: samples matched, samples seen on its CPUs, lost, throttled.
+    /// Not yet published to `counts.stats`: samples matched, samples seen on its CPUs, lost, throttled.
     pending: ProfileStats,
     seen: u64,
 }
 
-struct CRing {
-    cpu: usize,
-    ring: Ring,
-    fd: RawFd,
-}
-
-struct CStream {
-    id: u64,
-    rings: Vec<CRing>,
+/// The consumer's side of a stream: its rings, and the started profiles its samples are dispatched to.
+struct StreamDispatch {
+    id: StreamId,
+    rings: Vec<CpuRing>,
     active: Vec<Active>,
     index: RangeIndex,
     /// The started profiles changed since the index was built: rebuild it before matching the next sample.
@@ -146,7 +173,7 @@ struct CStream {
     fill: Fill,
 }
 
-impl CStream {
+impl StreamDispatch {
     /// The set of started profiles changed. The index is rebuilt lazily, before the next sample is matched:
     /// a burst of starts or stops with no sample in between costs one rebuild, not one per call.
     fn rebuild_index(&mut self) {
@@ -170,7 +197,7 @@ impl CStream {
             self.index = RangeIndex::build(&ranges);
             self.stale = false;
         }
-        let CStream {
+        let StreamDispatch {
             rings,
             active,
             index,
@@ -211,7 +238,7 @@ impl CStream {
         for a in active.iter_mut() {
             if a.seen | a.pending.lost | a.pending.throttled != 0 {
                 a.pending.outside = a.seen - a.pending.counted;
-                a.core.stats.add(&a.pending);
+                a.counts.stats.add(&a.pending);
                 a.pending = ProfileStats::default();
                 a.seen = 0;
             }
@@ -222,30 +249,30 @@ impl CStream {
 
 /// A stream drained outside the consumer thread, by the same code: the engine of the unstable replay entry
 /// point (`engine::replay`), which feeds recorded ring contents through decode → match → increment.
-pub(crate) struct ReplayStream(CStream);
+pub(crate) struct ReplayStream(StreamDispatch);
 
 impl ReplayStream {
     /// A stream of `rings` (CPU, ring) with `profiles` started on it (each counting on the given CPUs).
     pub(crate) fn new(
         rings: Vec<(usize, Ring)>,
-        profiles: &[(Arc<ProfileCore>, CpuSet)],
+        profiles: &[(Arc<Counts>, CpuSet)],
     ) -> ReplayStream {
-        let mut s = CStream {
-            id: 0,
+        let mut s = StreamDispatch {
+            id: StreamId(0),
             rings: rings
                 .into_iter()
-                .map(|(cpu, ring)| CRing { cpu, ring, fd: -1 })
+                .map(|(cpu, ring)| CpuRing { cpu, ring, fd: -1 })
                 .collect(),
             active: Vec::new(),
             index: RangeIndex::default(),
             stale: false,
             fill: Fill::default(),
         };
-        for (core, cpus) in profiles {
+        for (counts, cpus) in profiles {
             s.active.push(Active {
-                core: core.clone(),
-                layout: core.layout,
-                buf: core.storage.buf(),
+                counts: counts.clone(),
+                layout: counts.layout,
+                buf: counts.storage.buf(),
                 cpus: cpus.clone(),
                 pending: ProfileStats::default(),
                 seen: 0,
@@ -271,11 +298,11 @@ pub(crate) struct Consumer {
     rx: Receiver<Msg>,
     waker: Arc<Waker>,
     epoll: Epoll,
-    streams: Vec<CStream>,
+    streams: Vec<StreamDispatch>,
 }
 
 impl Consumer {
-    pub(crate) fn new(rx: Receiver<Msg>, waker: Arc<Waker>) -> Result<Consumer, i32> {
+    pub(crate) fn new(rx: Receiver<Msg>, waker: Arc<Waker>) -> Result<Consumer, nix::errno::Errno> {
         let epoll = Epoll::new()?;
         epoll.add(waker.fd_raw(), WAKER_TOKEN)?;
         Ok(Consumer {
@@ -328,7 +355,7 @@ impl Consumer {
         }
     }
 
-    fn stream(&mut self, id: u64) -> Option<&mut CStream> {
+    fn stream(&mut self, id: StreamId) -> Option<&mut StreamDispatch> {
         self.streams.iter_mut().find(|s| s.id == id)
     }
 
@@ -336,7 +363,7 @@ impl Consumer {
         match msg {
             Msg::AddRings { stream, rings, ack } => {
                 if self.stream(stream).is_none() {
-                    self.streams.push(CStream {
+                    self.streams.push(StreamDispatch {
                         id: stream,
                         rings: Vec::new(),
                         active: Vec::new(),
@@ -349,11 +376,7 @@ impl Consumer {
                     // A failed registration only loses the early wake-up; the timed drain still reads the ring.
                     let _ = self.epoll.add(r.fd, r.fd as u64);
                     if let Some(s) = self.stream(stream) {
-                        s.rings.push(CRing {
-                            cpu: r.cpu,
-                            ring: r.ring,
-                            fd: r.fd,
-                        });
+                        s.rings.push(r);
                     }
                 }
                 let _ = ack.send(());
@@ -362,7 +385,7 @@ impl Consumer {
                 if let Some(pos) = self.streams.iter().position(|s| s.id == stream) {
                     let s = &mut self.streams[pos];
                     s.drain(); // the old events are disabled: this is their last word
-                    let (kept, retired): (Vec<CRing>, Vec<CRing>) =
+                    let (kept, retired): (Vec<CpuRing>, Vec<CpuRing>) =
                         s.rings.drain(..).partition(|r| keep.contains(&r.fd));
                     s.rings = kept;
                     for r in &retired {
@@ -374,16 +397,16 @@ impl Consumer {
             }
             Msg::Publish {
                 stream,
-                core,
+                counts,
                 cpus,
                 ack,
             } => {
                 if let Some(s) = self.stream(stream) {
                     s.drain(); // samples taken before the start do not belong to the new profile
-                    let layout = core.layout;
-                    let buf = core.storage.buf();
+                    let layout = counts.layout;
+                    let buf = counts.storage.buf();
                     s.active.push(Active {
-                        core,
+                        counts,
                         layout,
                         buf,
                         cpus,
@@ -401,7 +424,7 @@ impl Consumer {
             } => {
                 if let Some(s) = self.stream(stream) {
                     s.drain();
-                    s.active.retain(|a| a.core.id != profile);
+                    s.active.retain(|a| a.counts.id != profile);
                     s.rebuild_index();
                 }
                 let _ = ack.send(());

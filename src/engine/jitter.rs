@@ -2,89 +2,121 @@
 //! alias with a sampler whose period keeps changing).
 //!
 //! It is a thread of the library created by the consumer thread (which has no perf event, so this one inherits
-//! none), and it is never observed. It works under the engine lock like an API call, but only takes it with
-//! `try_lock`, so that an API call holding the lock while it stops the threads never waits for it.
+//! none), and it is never observed. It takes no global lock: the engine hands it each jittered stream (a weak
+//! reference) and the way to the consumer, and it works on one stream at a time under that stream's own lock.
+//! A stream the engine removed is marked so under the same lock, and the jitter thread then forgets it.
 
+use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use crossbeam::channel::{Receiver, RecvTimeoutError};
 
-use super::{ENGINE, Engine};
+use super::consumer::ConsumerLink;
+use super::stream::{self, Stream};
+use crate::perf::sys::Tid;
 use crate::source::{self, IntervalUnit};
 
+/// A request to the jitter thread.
+pub(super) enum JitterMsg {
+    /// The consumer to send re-opened rings to, and the library's own threads (never observed).
+    Init { link: ConsumerLink, own: Vec<Tid> },
+    /// A stream whose next draw is due (its `jitter_next`): watch it from now on.
+    Watch(Weak<std::sync::Mutex<Stream>>),
+}
+
 /// The loop: wake on a request or when the next draw is due; return when the channel is dropped.
-pub(super) fn run(wake: Receiver<()>) {
+pub(super) fn run(requests: Receiver<JitterMsg>) {
     let mut rng = seed();
     let mut wait = Duration::from_secs(1);
+    let mut consumer: Option<(ConsumerLink, Vec<Tid>)> = None;
+    let mut watched: Vec<Weak<std::sync::Mutex<Stream>>> = Vec::new();
     loop {
-        match wake.recv_timeout(wait) {
-            Ok(()) | Err(RecvTimeoutError::Timeout) => {}
+        match requests.recv_timeout(wait) {
+            Ok(JitterMsg::Init { link, own }) => consumer = Some((link, own)),
+            Ok(JitterMsg::Watch(s)) => {
+                if !watched.iter().any(|w| w.ptr_eq(&s)) {
+                    watched.push(s);
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
         }
-        wait = match ENGINE.try_lock() {
-            Ok(mut eng) => eng.jitter_tick(Instant::now(), &mut rng),
-            Err(std::sync::TryLockError::Poisoned(p)) => {
-                p.into_inner().jitter_tick(Instant::now(), &mut rng)
-            }
-            // Busy with an API call: come back shortly.
-            Err(std::sync::TryLockError::WouldBlock) => Duration::from_millis(2),
+        let Some((link, own)) = &consumer else {
+            continue;
         };
+        let now = Instant::now();
+        let mut next = Duration::from_secs(1);
+        watched.retain(|w| {
+            let Some(shared) = w.upgrade() else {
+                return false;
+            };
+            let mut s = stream::lock(&shared);
+            if s.removed || s.jitter_next.is_none() {
+                return false;
+            }
+            next = next.min(s.jitter_tick(now, &mut rng, link, own));
+            true
+        });
+        wait = next;
     }
 }
 
-impl Engine {
-    /// Draw a new period for every jittered stream whose window is over; returns the time to the next draw.
+impl Stream {
+    /// Draw a new period if the stream's window is over; returns the time to its next draw.
     ///
     /// A window lasts 16 periods on average (at least 10 ms, random in length): a new period restarts the
-    /// running one (the kernel sets
-    /// `period_left` to 0), wasting half a period on average, so windows are long and timers are sped up by
-    /// half a period per window to make up for it. The sample *rate* is drawn uniformly in `[1 - j, 1 + j]`
-    /// times the base rate, in antithetic pairs (a draw `1 + d` is followed by `1 - d`), so the mean rate is the
-    /// interval's over every two windows, not only on average, while the phase still moves at random.
-    pub(super) fn jitter_tick(&mut self, now: Instant, rng: &mut u64) -> Duration {
-        let mut next = Duration::from_secs(1);
-        for si in 0..self.streams.len() {
-            let s = &self.streams[si];
-            let Some(due) = s.jitter_next else { continue };
-            let percent = source::jitter_percent(s.key.source);
-            if percent == 0 || s.profiles == 0 {
-                continue;
-            }
-            let base = s.params.period;
-            let time_based = s.key.source.interval_unit() == IntervalUnit::Time100ns;
-            let window = if time_based {
-                Duration::from_nanos(base.saturating_mul(16)).max(Duration::from_millis(20))
-            } else {
-                Duration::from_millis(20)
-            };
-            if now >= due {
-                let j = f64::from(percent) / 100.0;
-                let d = match self.streams[si].jitter_pair.take() {
-                    Some(d) => -d,
-                    None => {
-                        let d = j * (2.0 * next_unit(rng) - 1.0);
-                        self.streams[si].jitter_pair = Some(d);
-                        d
-                    }
-                };
-                let u = 1.0 + d;
-                let comp = if time_based {
-                    1.0 + base as f64 / (2.0 * window.as_nanos() as f64)
-                } else {
-                    1.0
-                };
-                let period = ((base as f64) / (u * comp)).round().max(1.0) as u64;
-                self.apply_period(si, period);
-                // The window's length is random too (0.5 to 1.5 times): a redraw restarts the running period, and
-                // redraws at a fixed spacing would restart it at a fixed phase of a periodic workload.
-                let this_window = window.mul_f64(0.5 + next_unit(rng));
-                self.streams[si].jitter_next = Some(now + this_window);
-                next = next.min(this_window);
-            } else {
-                next = next.min(due - now);
-            }
+    /// running one (the kernel sets `period_left` to 0), wasting half a period on average, so windows are long
+    /// and timers are sped up by half a period per window to make up for it. The sample *rate* is drawn
+    /// uniformly in `[1 - j, 1 + j]` times the base rate, in antithetic pairs (a draw `1 + d` is followed by
+    /// `1 - d`), so the mean rate is the interval's over every two windows, not only on average, while the
+    /// phase still moves at random.
+    fn jitter_tick(
+        &mut self,
+        now: Instant,
+        rng: &mut u64,
+        link: &ConsumerLink,
+        own: &[Tid],
+    ) -> Duration {
+        let idle = Duration::from_secs(1);
+        let Some(due) = self.jitter_next else {
+            return idle;
+        };
+        let percent = source::jitter_percent(self.key.source);
+        if percent == 0 || self.profiles == 0 {
+            return idle;
         }
-        next
+        if now < due {
+            return due - now;
+        }
+        let base = self.params.period;
+        let time_based = self.key.source.interval_unit() == IntervalUnit::Time100ns;
+        let window = if time_based {
+            Duration::from_nanos(base.saturating_mul(16)).max(Duration::from_millis(20))
+        } else {
+            Duration::from_millis(20)
+        };
+        let j = f64::from(percent) / 100.0;
+        let d = match self.jitter_pair.take() {
+            Some(d) => -d,
+            None => {
+                let d = j * (2.0 * next_unit(rng) - 1.0);
+                self.jitter_pair = Some(d);
+                d
+            }
+        };
+        let u = 1.0 + d;
+        let comp = if time_based {
+            1.0 + base as f64 / (2.0 * window.as_nanos() as f64)
+        } else {
+            1.0
+        };
+        let period = ((base as f64) / (u * comp)).round().max(1.0) as u64;
+        self.apply_period(period, link, own);
+        // The window's length is random too (0.5 to 1.5 times): a redraw restarts the running period, and
+        // redraws at a fixed spacing would restart it at a fixed phase of a periodic workload.
+        let this_window = window.mul_f64(0.5 + next_unit(rng));
+        self.jitter_next = Some(now + this_window);
+        this_window
     }
 }
 

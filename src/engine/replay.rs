@@ -11,15 +11,13 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 
 use super::consumer::ReplayStream;
-use super::counters::CounterStorage;
-use crate::affinity::{Affinity, CpuSet};
+use super::counters::{CounterStorage, Counts, ProfileStats};
+use crate::affinity::CpuSet;
 use crate::buckets::check_layout;
 use crate::perf::event::{self, EventParams};
 use crate::perf::ring::{Ring, SampleLayout, page_size};
-use crate::profile::{ProfileCore, ProfileStats};
 use crate::source::ProfileSource;
 use crate::status::NtStatus;
-use crate::target::Target;
 
 /// `PERF_RECORD_SAMPLE`.
 const RECORD_SAMPLE: u64 = 9;
@@ -62,7 +60,7 @@ impl Recording {
         let mut one = NixCpuSet::new();
         one.set(cpu).map_err(|e| e as i32)?;
         sched_setaffinity(Pid::from_raw(0), &one).map_err(|e| e as i32)?;
-        let result = (|| {
+        let result = (|| -> Result<Recording, nix::errno::Errno> {
             let fd = event::open(&params, crate::perf::sys::gettid(), cpu)?;
             let ring = Ring::map(fd.as_fd(), data_pages, SampleLayout { tid: false })?;
             event::enable(fd.as_fd())?;
@@ -73,7 +71,7 @@ impl Recording {
             })
         })();
         let _ = sched_setaffinity(Pid::from_raw(0), &old);
-        result
+        result.map_err(|e| e as i32)
     }
 
     /// Ring contents made of one sample record per IP (header, IP), as the kernel writes them.
@@ -133,7 +131,7 @@ pub struct Range {
 pub struct Replay {
     stream: ReplayStream,
     len: u64,
-    profiles: Vec<Arc<ProfileCore>>,
+    profiles: Vec<Arc<Counts>>,
 }
 
 impl Replay {
@@ -160,13 +158,7 @@ impl Replay {
                     .map(|_| std::sync::atomic::AtomicU32::new(0))
                     .collect(),
             );
-            let core = Arc::new(ProfileCore::new(
-                layout,
-                ProfileSource::Time,
-                Target::CurrentProcess,
-                Affinity::Cpus(cpus.clone()),
-                storage,
-            ));
+            let core = Arc::new(Counts::new(layout, storage));
             started.push((core.clone(), cpus.clone()));
             profiles.push(core);
         }

@@ -6,16 +6,22 @@
 //!
 //! # Safety
 //! `#[unsafe(no_mangle)]` is the only unsafe item here: each exported name is unique in the library and is
-//! declared with the same signature in `include/ntprofile.h`.
+//! declared with the same signature in `include/ntprofile.h`. A C caller's counter buffer becomes a
+//! `CounterStorage` through its `unsafe` constructor, after the probes its `# Safety` section asks for.
+//!
+//! A little over 400 lines because it holds every export of the C ABI, each with its documentation, the
+//! checks in the contract's order and its `Zw` alias, in one place next to the header it mirrors.
+#![allow(unsafe_code)]
 
 use std::ffi::{c_char, c_void};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
-use super::handles::{Object, table};
 use super::probe;
+use super::records::{SOURCE_INFO_SIZE, SourceInfoRecord};
 use crate::affinity::{Affinity, current_group, online_cpus};
 use crate::engine::{self, counters::CounterStorage};
+use crate::handles::{Object, table};
 use crate::profile::{ProfileCore, ProfileStats, check_front, check_kernel_privilege};
 use crate::source::{self, ProfileSource};
 use crate::status::NtStatus;
@@ -114,10 +120,11 @@ fn create(
     };
     check_kernel_privilege(&layout)?;
     // Check 10: create, stopped; write the handle.
-    let storage = CounterStorage::Borrowed {
-        addr: buffer,
-        len: (buffer_size / 4) as usize,
-    };
+    // SAFETY: `buffer` was checked 4-byte aligned and `[buffer, buffer + buffer_size)` mapped writable above;
+    // the C caller keeps it valid until the profile is stopped (the contract in `include/ntprofile.h`), and
+    // each start probes it again.
+    let storage = unsafe { CounterStorage::borrowed(buffer, (buffer_size / 4) as usize) };
+    crate::fork::install();
     let core = ProfileCore::new(layout, source, target, affinity, storage);
     let handle = table.insert(Object::Profile(Arc::new(core)))?;
     if let Err(status) = probe::write_bytes(handle_out, &handle.to_ne_bytes()) {
@@ -244,16 +251,16 @@ pub extern "C" fn NtOpenProcess(
 pub extern "C" fn NtStartProfile(profile_handle: Handle) -> i32 {
     boundary(|| {
         with_profile(profile_handle, |core| {
-            if engine::is_started(core.id) {
+            if core.is_started() {
                 return Err(NtStatus::PROFILING_NOT_STOPPED);
             }
             // The caller may have unmapped the buffer since create: probe it again.
-            if let CounterStorage::Borrowed { addr, len } = core.storage
-                && !probe::is_writable(addr, len * 4)
+            if let CounterStorage::Borrowed(b) = &core.storage
+                && !probe::is_writable(b.addr(), b.len() * 4)
             {
                 return Err(NtStatus::ACCESS_VIOLATION);
             }
-            engine::start(core)
+            core.start()
         })
     })
 }
@@ -261,7 +268,7 @@ pub extern "C" fn NtStartProfile(profile_handle: Handle) -> i32 {
 /// `NtStopProfile` — stop sampling; returns when the counts are complete.
 #[unsafe(no_mangle)]
 pub extern "C" fn NtStopProfile(profile_handle: Handle) -> i32 {
-    boundary(|| with_profile(profile_handle, |core| engine::stop(core)))
+    boundary(|| with_profile(profile_handle, |core| core.stop()))
 }
 
 /// `NtClose` — close a handle; a started profile is stopped first. Closing a pseudo-handle
@@ -275,8 +282,8 @@ pub extern "C" fn NtClose(handle: Handle) -> i32 {
         let mut table = table();
         match table.remove(handle as usize)? {
             Object::Profile(core) => {
-                if engine::is_started(core.id) {
-                    let _ = engine::stop(&core);
+                if core.is_started() {
+                    let _ = core.stop();
                 }
             }
             // The pidfd closes with the last reference (a started profile's stream may still hold one).
@@ -321,7 +328,7 @@ pub extern "C" fn NtprofileQueryStatistics(
 ) -> i32 {
     boundary(|| {
         with_profile(profile_handle, |core| {
-            if engine::is_started(core.id) {
+            if core.is_started() {
                 engine::sync()?;
             }
             let s = core.stats.read();
@@ -335,45 +342,6 @@ pub extern "C" fn NtprofileQueryStatistics(
             probe::write_bytes(statistics as usize, &bytes)
         })
     })
-}
-
-/// Size of `NTPROFILE_SOURCE_INFO`.
-const SOURCE_INFO_SIZE: usize = 192;
-
-/// Encode one `NTPROFILE_SOURCE_INFO` record (layout documented in `include/ntprofile.h`).
-fn encode_source_info(info: &source::SourceInfo) -> [u8; SOURCE_INFO_SIZE] {
-    let mut rec = [0u8; SOURCE_INFO_SIZE];
-    let mut put32 = |off: usize, v: u32| rec[off..off + 4].copy_from_slice(&v.to_ne_bytes());
-    let errno = match info.support {
-        source::Support::OpenFailed(e) => e as u32,
-        _ => 0,
-    };
-    put32(0, info.source.to_raw());
-    put32(4, u32::from(info.support.is_supported()));
-    put32(8, errno);
-    put32(12, u32::from(info.unit == source::IntervalUnit::Events));
-    put32(16, info.min_interval);
-    put32(20, info.max_interval);
-    put32(24, info.interval);
-    put32(28, info.jitter_percent);
-    put32(32, info.event.map_or(u32::MAX, |e| e.type_));
-    let event = info.event.unwrap_or(source::PerfEventSpec {
-        type_: u32::MAX,
-        config: 0,
-        config1: 0,
-        config2: 0,
-        name: "",
-    });
-    for (off, v) in [(40, event.config), (48, event.config1), (56, event.config2)] {
-        rec[off..off + 8].copy_from_slice(&v.to_ne_bytes());
-    }
-    // NUL-terminated, truncated to 63 bytes.
-    for (off, text) in [(64, info.name), (128, event.name)] {
-        let bytes = text.as_bytes();
-        let n = bytes.len().min(63);
-        rec[off..off + n].copy_from_slice(&bytes[..n]);
-    }
-    rec
 }
 
 /// `NtprofileQuerySources` — the source listing: every source with its name, whether it is supported here
@@ -400,10 +368,8 @@ pub extern "C" fn NtprofileQuerySources(
             return Err(NtStatus::ACCESS_VIOLATION);
         }
         for (i, info) in list.iter().enumerate() {
-            probe::write_bytes(
-                buffer as usize + i * SOURCE_INFO_SIZE,
-                &encode_source_info(info),
-            )?;
+            let record = SourceInfoRecord::new(info);
+            probe::write_bytes(buffer as usize + i * SOURCE_INFO_SIZE, record.as_bytes())?;
         }
         Ok(())
     })
@@ -480,13 +446,13 @@ impl Scope {
     }
 
     /// The modules in scope (none for an exited process: it has no address space).
-    fn modules(&self) -> Result<Vec<crate::Module>, NtStatus> {
+    fn modules(&self) -> Result<Vec<crate::modules::Module>, NtStatus> {
         Ok(match self {
-            Scope::Current => crate::modules(None)?,
-            Scope::Kernel => crate::kernel_modules()?,
+            Scope::Current => crate::modules::modules(None)?,
+            Scope::Kernel => crate::modules::kernel_modules()?,
             Scope::Process(None) => Vec::new(),
             Scope::Process(Some(p)) => {
-                let list = crate::modules(Some(p.pid() as u32))?;
+                let list = crate::modules::modules(Some(p.pid() as u32))?;
                 // The pid is only trusted while the pidfd says the process lives: once it has exited, the pid
                 // may name a newer process.
                 if p.has_exited() { Vec::new() } else { list }
@@ -496,7 +462,7 @@ impl Scope {
 }
 
 /// Encode one `NTPROFILE_MODULE_INFO` record (layout in `include/ntprofile.h`).
-fn encode_module_info(m: &crate::Module) -> [u8; MODULE_INFO_SIZE] {
+fn encode_module_info(m: &crate::modules::Module) -> [u8; MODULE_INFO_SIZE] {
     let mut rec = [0u8; MODULE_INFO_SIZE];
     let mut put64 = |off: usize, v: u64| rec[off..off + 8].copy_from_slice(&v.to_ne_bytes());
     put64(0, m.base);
@@ -607,12 +573,15 @@ pub extern "C" fn NtprofileFindFunction(
         let function = name_arg(function_name as usize)?.ok_or(NtStatus::INVALID_PARAMETER)?;
         let module = name_arg(module_name as usize)?;
         let symbol = match Scope::of(process_handle as usize)? {
-            Scope::Current => crate::find_function(None, module.as_deref(), &function)?,
-            Scope::Kernel => crate::find_kernel_function(module.as_deref(), &function)?,
+            Scope::Current => crate::modules::find_function(None, module.as_deref(), &function)?,
+            Scope::Kernel => crate::modules::find_kernel_function(module.as_deref(), &function)?,
             Scope::Process(None) => return Err(NtStatus::NOT_FOUND),
             Scope::Process(Some(p)) => {
-                let found =
-                    crate::find_function(Some(p.pid() as u32), module.as_deref(), &function)?;
+                let found = crate::modules::find_function(
+                    Some(p.pid() as u32),
+                    module.as_deref(),
+                    &function,
+                )?;
                 if p.has_exited() {
                     return Err(NtStatus::NOT_FOUND);
                 }
@@ -624,6 +593,16 @@ pub extern "C" fn NtprofileFindFunction(
         probe::write_bytes(base as usize, &address.to_ne_bytes())?;
         probe::write_bytes(size as usize, &length.to_ne_bytes())
     })
+}
+
+/// `NtprofileStatusMessage` — what a status means: a static NUL-terminated sentence that starts with the
+/// status's NT name (the text the Rust API's errors use). A value the library does not define gets a generic
+/// text for its severity; never NULL. The caller must not free or modify it.
+#[unsafe(no_mangle)]
+pub extern "C" fn NtprofileStatusMessage(status: i32) -> *const std::ffi::c_char {
+    catch_unwind(|| NtStatus(status).message_cstr())
+        .unwrap_or(c"STATUS_INTERNAL_ERROR: the status text could not be produced")
+        .as_ptr()
 }
 
 macro_rules! zw_aliases {

@@ -1,22 +1,18 @@
 //! Pointer probes for the exports: a pointer from C is never dereferenced before it is known to be mapped with
 //! the right access in this process. Writes and reads of small out-values go through `process_vm_writev(2)` /
-//! `process_vm_readv(2)` on our own process, which fail with EFAULT instead of faulting; the counter buffer is
-//! checked against `/proc/self/maps`.
+//! `process_vm_readv(2)` on our own process (`perf::sys`), which fail with EFAULT instead of faulting; the
+//! counter buffer is checked against `/proc/self/maps`.
 //!
 //! # Safety
-//! The one direct write (`write_direct`) happens only after `/proc/self/maps` showed the whole destination
-//! mapped writable; it is the fallback for systems where `process_vm_writev` is filtered out.
+//! The direct copies (`perf::sys::write_own_memory_direct` / `read_own_memory_direct`) happen only after
+//! `/proc/self/maps` showed the whole range mapped with the needed access; they are the fallback for systems
+//! where `process_vm_writev` is filtered out.
+#![allow(unsafe_code)]
 
-use std::io::{IoSlice, IoSliceMut};
+use nix::errno::Errno;
 
-use nix::sys::uio::{RemoteIoVec, process_vm_readv, process_vm_writev};
-use nix::unistd::Pid;
-
+use crate::perf::{proc, sys};
 use crate::status::NtStatus;
-
-fn me() -> Pid {
-    Pid::this()
-}
 
 /// True when `[addr, addr + len)` lies entirely in mappings with write permission (per `/proc/self/maps`).
 pub(crate) fn is_writable(addr: usize, len: usize) -> bool {
@@ -38,7 +34,7 @@ fn range_has(addr: usize, len: usize, perm: u8) -> bool {
     if len == 0 {
         return true;
     }
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+    let Some(maps) = proc::own_maps() else {
         return false;
     };
     let mut cursor = addr;
@@ -74,31 +70,21 @@ pub(crate) fn write_bytes(addr: usize, bytes: &[u8]) -> Result<(), NtStatus> {
     if addr == 0 || addr.checked_add(bytes.len()).is_none() {
         return Err(NtStatus::ACCESS_VIOLATION);
     }
-    let local = [IoSlice::new(bytes)];
-    let remote = [RemoteIoVec {
-        base: addr,
-        len: bytes.len(),
-    }];
-    match process_vm_writev(me(), &local, &remote) {
+    match sys::write_own_memory(addr, bytes) {
         Ok(n) if n == bytes.len() => Ok(()),
-        Ok(_) | Err(nix::errno::Errno::EFAULT) => Err(NtStatus::ACCESS_VIOLATION),
+        Ok(_) | Err(Errno::EFAULT) => Err(NtStatus::ACCESS_VIOLATION),
         // Filtered (seccomp) or missing: check the maps, then write directly.
         Err(_) => {
             if is_writable(addr, bytes.len()) {
-                write_direct(addr, bytes);
+                // SAFETY: `/proc/self/maps` just showed [addr, addr + len) mapped writable; `bytes` is our own
+                // memory, not the caller's destination.
+                unsafe { sys::write_own_memory_direct(addr, bytes) };
                 Ok(())
             } else {
                 Err(NtStatus::ACCESS_VIOLATION)
             }
         }
     }
-}
-
-#[allow(unsafe_code)]
-fn write_direct(addr: usize, bytes: &[u8]) {
-    // SAFETY: `/proc/self/maps` showed [addr, addr + len) mapped writable (checked by the caller); the
-    // destination is caller memory we were asked to write, byte-wise, with no alignment assumption.
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) };
 }
 
 /// Read `out.len()` bytes at `addr` in this process, or `STATUS_ACCESS_VIOLATION` when not readable.
@@ -107,26 +93,20 @@ pub(crate) fn read_bytes(addr: usize, out: &mut [u8]) -> Result<(), NtStatus> {
         return Err(NtStatus::ACCESS_VIOLATION);
     }
     let len = out.len();
-    let remote = [RemoteIoVec { base: addr, len }];
-    let mut local = [IoSliceMut::new(out)];
-    match process_vm_readv(me(), &mut local, &remote) {
+    match sys::read_own_memory(addr, out) {
         Ok(n) if n == len => Ok(()),
-        Ok(_) | Err(nix::errno::Errno::EFAULT) => Err(NtStatus::ACCESS_VIOLATION),
+        Ok(_) | Err(Errno::EFAULT) => Err(NtStatus::ACCESS_VIOLATION),
         Err(_) => {
             if is_readable(addr, len) {
-                read_direct(addr, out);
+                // SAFETY: `/proc/self/maps` just showed [addr, addr + len) mapped readable; `out` is our own
+                // buffer.
+                unsafe { sys::read_own_memory_direct(addr, out) };
                 Ok(())
             } else {
                 Err(NtStatus::ACCESS_VIOLATION)
             }
         }
     }
-}
-
-#[allow(unsafe_code)]
-fn read_direct(addr: usize, out: &mut [u8]) {
-    // SAFETY: `/proc/self/maps` showed [addr, addr + len) mapped readable (checked by the caller).
-    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len()) };
 }
 
 /// Read a NUL-terminated string at `addr` (without its NUL), at most `max` bytes before the NUL. Reads go page

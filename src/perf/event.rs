@@ -1,24 +1,121 @@
-//! Opening perf events (through perf-event2's `Builder`) and the ioctls perf-event2 does not wrap.
+//! Opening perf events (through perf-event2's `Builder`) and the ioctls perf-event2 does not wrap; the perf
+//! event description ([`PerfEventSpec`]) the layers above name their sources with.
+//!
+//! Every kernel number (event types and configs, ioctl requests) comes from `perf-event-open-sys2`'s bindings of
+//! the kernel's `<linux/perf_event.h>`; every error is the kernel's errno ([`Errno`]), turned into an NTSTATUS
+//! only by the engine.
 //!
 //! # Safety
 //! The ioctls take a file descriptor owned by the caller (borrowed for the call) and, for
 //! `PERF_EVENT_IOC_PERIOD`, a pointer to a `u64` on our stack that lives across the call.
+#![allow(unsafe_code)]
 
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
 
+use nix::errno::Errno;
 use perf_event::events::Event;
 use perf_event::{Builder, SampleFlag};
+use perf_event_open_sys::bindings;
 
-use crate::source::PerfEventSpec;
+use super::sys::Tid;
 
-/// `PERF_EVENT_IOC_ENABLE`, `_IO('$', 0)`.
-const IOC_ENABLE: libc::c_ulong = 0x2400;
-/// `PERF_EVENT_IOC_DISABLE`, `_IO('$', 1)`.
-const IOC_DISABLE: libc::c_ulong = 0x2401;
-/// `PERF_EVENT_IOC_PERIOD`, `_IOW('$', 4, __u64)`: takes a **pointer** to the new period.
-const IOC_PERIOD: libc::c_ulong = 0x4008_2404;
-/// `PERF_EVENT_IOC_SET_OUTPUT`, `_IO('$', 5)`: takes the target descriptor by value.
-const IOC_SET_OUTPUT: libc::c_ulong = 0x2405;
+/// `perf_event_attr.type` and `config` values the sources are built from (`<linux/perf_event.h>`).
+pub mod abi {
+    use perf_event_open_sys::bindings as b;
+
+    /// `PERF_TYPE_HARDWARE`: generalized hardware events.
+    pub const TYPE_HARDWARE: u32 = b::PERF_TYPE_HARDWARE;
+    /// `PERF_TYPE_SOFTWARE`: kernel software events.
+    pub const TYPE_SOFTWARE: u32 = b::PERF_TYPE_SOFTWARE;
+    /// `PERF_TYPE_TRACEPOINT`.
+    pub const TYPE_TRACEPOINT: u32 = b::PERF_TYPE_TRACEPOINT;
+    /// `PERF_TYPE_HW_CACHE`: generalized cache events.
+    pub const TYPE_HW_CACHE: u32 = b::PERF_TYPE_HW_CACHE;
+
+    /// `PERF_COUNT_HW_CPU_CYCLES`.
+    pub const HW_CPU_CYCLES: u64 = b::PERF_COUNT_HW_CPU_CYCLES as u64;
+    /// `PERF_COUNT_HW_INSTRUCTIONS`.
+    pub const HW_INSTRUCTIONS: u64 = b::PERF_COUNT_HW_INSTRUCTIONS as u64;
+    /// `PERF_COUNT_HW_CACHE_REFERENCES`.
+    pub const HW_CACHE_REFERENCES: u64 = b::PERF_COUNT_HW_CACHE_REFERENCES as u64;
+    /// `PERF_COUNT_HW_CACHE_MISSES`.
+    pub const HW_CACHE_MISSES: u64 = b::PERF_COUNT_HW_CACHE_MISSES as u64;
+    /// `PERF_COUNT_HW_BRANCH_INSTRUCTIONS`.
+    pub const HW_BRANCH_INSTRUCTIONS: u64 = b::PERF_COUNT_HW_BRANCH_INSTRUCTIONS as u64;
+    /// `PERF_COUNT_HW_BRANCH_MISSES`.
+    pub const HW_BRANCH_MISSES: u64 = b::PERF_COUNT_HW_BRANCH_MISSES as u64;
+    /// `PERF_COUNT_HW_STALLED_CYCLES_FRONTEND`.
+    pub const HW_STALLED_CYCLES_FRONTEND: u64 = b::PERF_COUNT_HW_STALLED_CYCLES_FRONTEND as u64;
+    /// `PERF_COUNT_HW_STALLED_CYCLES_BACKEND`.
+    pub const HW_STALLED_CYCLES_BACKEND: u64 = b::PERF_COUNT_HW_STALLED_CYCLES_BACKEND as u64;
+    /// `PERF_COUNT_HW_REF_CPU_CYCLES`.
+    pub const HW_REF_CPU_CYCLES: u64 = b::PERF_COUNT_HW_REF_CPU_CYCLES as u64;
+
+    /// `PERF_COUNT_SW_CPU_CLOCK`.
+    pub const SW_CPU_CLOCK: u64 = b::PERF_COUNT_SW_CPU_CLOCK as u64;
+    /// `PERF_COUNT_SW_TASK_CLOCK`.
+    pub const SW_TASK_CLOCK: u64 = b::PERF_COUNT_SW_TASK_CLOCK as u64;
+    /// `PERF_COUNT_SW_PAGE_FAULTS`.
+    pub const SW_PAGE_FAULTS: u64 = b::PERF_COUNT_SW_PAGE_FAULTS as u64;
+    /// `PERF_COUNT_SW_CONTEXT_SWITCHES`.
+    pub const SW_CONTEXT_SWITCHES: u64 = b::PERF_COUNT_SW_CONTEXT_SWITCHES as u64;
+    /// `PERF_COUNT_SW_CPU_MIGRATIONS`.
+    pub const SW_CPU_MIGRATIONS: u64 = b::PERF_COUNT_SW_CPU_MIGRATIONS as u64;
+    /// `PERF_COUNT_SW_PAGE_FAULTS_MIN`.
+    pub const SW_PAGE_FAULTS_MIN: u64 = b::PERF_COUNT_SW_PAGE_FAULTS_MIN as u64;
+    /// `PERF_COUNT_SW_PAGE_FAULTS_MAJ`.
+    pub const SW_PAGE_FAULTS_MAJ: u64 = b::PERF_COUNT_SW_PAGE_FAULTS_MAJ as u64;
+    /// `PERF_COUNT_SW_ALIGNMENT_FAULTS`.
+    pub const SW_ALIGNMENT_FAULTS: u64 = b::PERF_COUNT_SW_ALIGNMENT_FAULTS as u64;
+
+    /// `PERF_COUNT_HW_CACHE_L1D`.
+    pub const CACHE_L1D: u64 = b::PERF_COUNT_HW_CACHE_L1D as u64;
+    /// `PERF_COUNT_HW_CACHE_L1I`.
+    pub const CACHE_L1I: u64 = b::PERF_COUNT_HW_CACHE_L1I as u64;
+    /// `PERF_COUNT_HW_CACHE_OP_READ`.
+    pub const CACHE_OP_READ: u64 = b::PERF_COUNT_HW_CACHE_OP_READ as u64;
+    /// `PERF_COUNT_HW_CACHE_RESULT_ACCESS`.
+    pub const CACHE_RESULT_ACCESS: u64 = b::PERF_COUNT_HW_CACHE_RESULT_ACCESS as u64;
+    /// `PERF_COUNT_HW_CACHE_RESULT_MISS`.
+    pub const CACHE_RESULT_MISS: u64 = b::PERF_COUNT_HW_CACHE_RESULT_MISS as u64;
+
+    /// The `config` of a `PERF_TYPE_HW_CACHE` event: `cache | op << 8 | result << 16` (`perf_event_open(2)`).
+    pub const fn hw_cache_config(cache: u64, op: u64, result: u64) -> u64 {
+        cache | (op << 8) | (result << 16)
+    }
+}
+
+/// A perf event: `perf_event_attr` `type`, `config`, `config1`, `config2`, and the perf tool's name for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PerfEventSpec {
+    /// `perf_event_attr.type`.
+    pub type_: u32,
+    /// `perf_event_attr.config`.
+    pub config: u64,
+    /// `perf_event_attr.config1`.
+    pub config1: u64,
+    /// `perf_event_attr.config2`.
+    pub config2: u64,
+    /// The perf tool's name for the event (`cpu-clock`, `cycles`, `L1-dcache-load-misses`, ...).
+    pub name: &'static str,
+}
+
+impl PerfEventSpec {
+    /// True for an event counted by a hardware PMU (`PERF_TYPE_HARDWARE` or `PERF_TYPE_HW_CACHE`).
+    pub fn is_generic_hardware(&self) -> bool {
+        self.type_ == abi::TYPE_HARDWARE || self.type_ == abi::TYPE_HW_CACHE
+    }
+
+    /// True for a kernel software event or a tracepoint (never a PMU).
+    pub fn is_software_or_tracepoint(&self) -> bool {
+        self.type_ == abi::TYPE_SOFTWARE || self.type_ == abi::TYPE_TRACEPOINT
+    }
+}
+
+/// The errno of an error perf-event2 returned (EINVAL when it carries none).
+fn errno_of(e: &std::io::Error) -> Errno {
+    e.raw_os_error().map_or(Errno::EINVAL, Errno::from_raw)
+}
 
 /// The event of a source, as a perf-event2 `Event`: sets `type` and the three config words.
 #[derive(Clone, Copy, Debug)]
@@ -32,6 +129,9 @@ impl Event for SpecEvent {
         attr.config2 = self.0.config2;
     }
 }
+
+/// The highest `precise_ip` (a two-bit field of `perf_event_attr`: 3 = zero skid required).
+pub const MAX_PRECISE_IP: u8 = 3;
 
 /// What a stream's events record and how.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -52,16 +152,16 @@ pub struct EventParams {
     pub precise_ip: u8,
 }
 
-/// Open one sampling event, disabled, for thread `tid` (or `-1`: every task) on CPU `cpu`.
+/// Open one sampling event, disabled, for thread `tid` (or [`Tid::ALL_TASKS`]: every task) on CPU `cpu`.
 ///
 /// # Errors
 /// The errno of `perf_event_open(2)`.
-pub fn open(params: &EventParams, tid: i32, cpu: usize) -> Result<OwnedFd, i32> {
+pub fn open(params: &EventParams, tid: Tid, cpu: usize) -> Result<OwnedFd, Errno> {
     let mut builder = Builder::new(SpecEvent(params.spec));
-    if tid < 0 {
+    if tid == Tid::ALL_TASKS {
         builder.any_pid();
     } else {
-        builder.observe_pid(tid);
+        builder.observe_pid(tid.0);
     }
     let mut sample = SampleFlag::IP;
     if params.sample_tid {
@@ -79,10 +179,8 @@ pub fn open(params: &EventParams, tid: i32, cpu: usize) -> Result<OwnedFd, i32> 
         .enabled(false);
     builder
         .attrs_mut()
-        .set_precise_ip(u64::from(params.precise_ip.min(3)));
-    let counter = builder
-        .build()
-        .map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))?;
+        .set_precise_ip(u64::from(params.precise_ip.min(MAX_PRECISE_IP)));
+    let counter = builder.build().map_err(|e| errno_of(&e))?;
     let raw = counter.into_raw_fd();
     // SAFETY: `into_raw_fd` hands us sole ownership of a valid, open descriptor.
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
@@ -94,18 +192,20 @@ pub fn open(params: &EventParams, tid: i32, cpu: usize) -> Result<OwnedFd, i32> 
 ///
 /// # Errors
 /// The errno of the last `perf_event_open(2)` tried.
-pub fn open_precise(params: &mut EventParams, tid: i32, cpu: usize) -> Result<OwnedFd, i32> {
+pub fn open_precise(params: &mut EventParams, tid: Tid, cpu: usize) -> Result<OwnedFd, Errno> {
     step_down_precise(params, |p| open(p, tid, cpu))
 }
 
 /// The step-down of `open_precise`, apart from the system call (so that it can be tested without a PMU).
 fn step_down_precise<T>(
     params: &mut EventParams,
-    mut try_open: impl FnMut(&EventParams) -> Result<T, i32>,
-) -> Result<T, i32> {
+    mut try_open: impl FnMut(&EventParams) -> Result<T, Errno>,
+) -> Result<T, Errno> {
     loop {
         match try_open(params) {
-            Err(libc::EINVAL | libc::EOPNOTSUPP) if params.precise_ip > 0 => params.precise_ip -= 1,
+            Err(Errno::EINVAL | Errno::EOPNOTSUPP) if params.precise_ip > 0 => {
+                params.precise_ip -= 1
+            }
             other => return other,
         }
     }
@@ -116,7 +216,7 @@ fn step_down_precise<T>(
 ///
 /// # Errors
 /// The errno of `perf_event_open(2)`.
-pub fn probe(spec: &PerfEventSpec, period: u64) -> Result<(), i32> {
+pub fn probe(spec: &PerfEventSpec, period: u64) -> Result<(), Errno> {
     probe_pid(spec, period, 0)
 }
 
@@ -125,7 +225,7 @@ pub fn probe(spec: &PerfEventSpec, period: u64) -> Result<(), i32> {
 ///
 /// # Errors
 /// The errno of `perf_event_open(2)`: ESRCH (no such process), EACCES/EPERM (not allowed).
-pub fn probe_pid(spec: &PerfEventSpec, period: u64, pid: i32) -> Result<(), i32> {
+pub fn probe_pid(spec: &PerfEventSpec, period: u64, pid: i32) -> Result<(), Errno> {
     let mut builder = Builder::new(SpecEvent(*spec));
     if pid == 0 {
         builder.observe_self();
@@ -139,47 +239,56 @@ pub fn probe_pid(spec: &PerfEventSpec, period: u64, pid: i32) -> Result<(), i32>
         .exclude_kernel(true)
         .exclude_hv(true)
         .enabled(false);
-    builder
-        .build()
-        .map(drop)
-        .map_err(|e| e.raw_os_error().unwrap_or(libc::EINVAL))
+    builder.build().map(drop).map_err(|e| errno_of(&e))
 }
 
-fn ioctl_arg(fd: BorrowedFd<'_>, request: libc::c_ulong, arg: libc::c_ulong) -> Result<(), i32> {
+/// An ioctl request of `<linux/perf_event.h>`, as `ioctl(2)` takes it.
+fn request(ioctl: bindings::perf_event_ioctls) -> libc::c_ulong {
+    libc::c_ulong::from(ioctl)
+}
+
+fn ioctl_arg(
+    fd: BorrowedFd<'_>,
+    ioctl: bindings::perf_event_ioctls,
+    arg: libc::c_ulong,
+) -> Result<(), Errno> {
     // SAFETY: `fd` is a live descriptor borrowed for the call; these requests take an integer argument.
-    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), request, arg) };
-    if rc < 0 { Err(last_errno()) } else { Ok(()) }
+    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), request(ioctl), arg) };
+    Errno::result(rc).map(drop)
 }
 
 /// `PERF_EVENT_IOC_ENABLE` (also enables the event's inherited children).
-pub fn enable(fd: BorrowedFd<'_>) -> Result<(), i32> {
-    ioctl_arg(fd, IOC_ENABLE, 0)
+pub fn enable(fd: BorrowedFd<'_>) -> Result<(), Errno> {
+    ioctl_arg(fd, bindings::ENABLE, 0)
 }
 
 /// `PERF_EVENT_IOC_DISABLE` (also disables the event's inherited children).
-pub fn disable(fd: BorrowedFd<'_>) -> Result<(), i32> {
-    ioctl_arg(fd, IOC_DISABLE, 0)
+pub fn disable(fd: BorrowedFd<'_>) -> Result<(), Errno> {
+    ioctl_arg(fd, bindings::DISABLE, 0)
 }
 
 /// `PERF_EVENT_IOC_SET_OUTPUT`: send `fd`'s records into `target`'s ring (same CPU only).
-pub fn set_output(fd: BorrowedFd<'_>, target: BorrowedFd<'_>) -> Result<(), i32> {
-    ioctl_arg(fd, IOC_SET_OUTPUT, target.as_raw_fd() as libc::c_ulong)
+pub fn set_output(fd: BorrowedFd<'_>, target: BorrowedFd<'_>) -> Result<(), Errno> {
+    ioctl_arg(
+        fd,
+        bindings::SET_OUTPUT,
+        target.as_raw_fd() as libc::c_ulong,
+    )
 }
 
 /// `PERF_EVENT_IOC_PERIOD` with the new period passed **by pointer** (by value gives EFAULT). Applies to the
 /// event's inherited children too.
-pub fn set_period(fd: BorrowedFd<'_>, period: u64) -> Result<(), i32> {
+pub fn set_period(fd: BorrowedFd<'_>, period: u64) -> Result<(), Errno> {
     let value: u64 = period;
     // SAFETY: the kernel reads one u64 through the pointer during the call; `value` outlives it.
-    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), IOC_PERIOD, &value as *const u64) };
-    if rc < 0 { Err(last_errno()) } else { Ok(()) }
-}
-
-/// The calling thread's errno.
-pub fn last_errno() -> i32 {
-    std::io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
+    let rc = unsafe {
+        libc::ioctl(
+            fd.as_raw_fd(),
+            request(bindings::PERIOD),
+            &value as *const u64,
+        )
+    };
+    Errno::result(rc).map(drop)
 }
 
 #[cfg(test)]
@@ -189,8 +298,8 @@ mod tests {
     fn params(precise_ip: u8) -> EventParams {
         EventParams {
             spec: PerfEventSpec {
-                type_: 0,
-                config: 0,
+                type_: abi::TYPE_HARDWARE,
+                config: abi::HW_CPU_CYCLES,
                 config1: 0,
                 config2: 0,
                 name: "cpu-cycles",
@@ -212,7 +321,7 @@ mod tests {
         let r = step_down_precise(&mut p, |q| {
             tried.push(q.precise_ip);
             if q.precise_ip > 1 {
-                Err(libc::EOPNOTSUPP)
+                Err(Errno::EOPNOTSUPP)
             } else {
                 Ok(q.precise_ip)
             }
@@ -231,18 +340,18 @@ mod tests {
         let mut p = params(3);
         let mut n = 0;
         assert_eq!(
-            step_down_precise(&mut p, |_| -> Result<(), i32> {
+            step_down_precise(&mut p, |_| -> Result<(), Errno> {
                 n += 1;
-                Err(libc::ENOENT)
+                Err(Errno::ENOENT)
             }),
-            Err(libc::ENOENT)
+            Err(Errno::ENOENT)
         );
         assert_eq!(n, 1);
         // EINVAL at every level: the answer at level 0 is final.
         let mut p = params(2);
         assert_eq!(
-            step_down_precise(&mut p, |_| -> Result<(), i32> { Err(libc::EINVAL) }),
-            Err(libc::EINVAL)
+            step_down_precise(&mut p, |_| -> Result<(), Errno> { Err(Errno::EINVAL) }),
+            Err(Errno::EINVAL)
         );
         assert_eq!(p.precise_ip, 0);
     }

@@ -1,10 +1,26 @@
-//! The only place that talks to the kernel: event opening (through perf-event2's `Builder`), the ioctls it does
-//! not wrap, the mmap ring reader, and the consumer's epoll and eventfd.
+//! The bottom layer and the only code that talks to the kernel: event opening (through perf-event2's
+//! `Builder`), the ioctls it does not wrap, the mmap ring reader, the consumer's epoll and eventfd, and the
+//! other system calls and `/proc` reads the library makes.
+//!
+//! A leaf: it imports no other module of the crate and knows no NT type. Its errors are the kernel's errno
+//! ([`nix::errno::Errno`]); the engine turns them into an `NtStatus`, once, at its boundary.
+//!
+//! - [`event`]: [`PerfEventSpec`], opening events, the precise-ip step-down, the perf ioctls;
+//! - [`ring`]: the mmap ring and its record decoder;
+//! - [`sys`]: [`Tid`], epoll, eventfd, signals, fork handlers, pidfds, rlimits, own-memory reads and writes;
+//! - [`proc`]: `/proc` and `/sys` reads.
 //!
 //! # Safety
-//! Every `unsafe` block here carries a `// SAFETY:` note naming what makes it sound, and every atomic access
-//! to the ring says which kernel store or load it pairs with.
+//! Each file that needs `unsafe` allows it itself, under its own `# Safety` note; every `unsafe` block carries a
+//! `// SAFETY:` note naming what makes it sound, and every atomic access to the ring says which kernel store or
+//! load it pairs with.
 
 pub mod event;
+/// This process's loaded objects from the dynamic loader (`dl_iterate_phdr`), for the module listing.
+pub(crate) mod loader;
+pub mod proc;
 pub mod ring;
 pub mod sys;
+
+pub use event::PerfEventSpec;
+pub use sys::Tid;

@@ -7,29 +7,49 @@
 //! descriptor (a mapping holds its own reference to the event's buffer). The kernel writes records into the
 //! data area and publishes them by storing `data_head`; we read only bytes between `data_tail` and the
 //! `data_head` we loaded, and give space back by storing `data_tail`.
+//!
+//! The metadata page's layout and the record kinds come from `perf-event-open-sys2`'s bindings of
+//! `<linux/perf_event.h>`; the sample layout (which fields follow the header) is the one our events request.
+#![allow(unsafe_code)]
 
+use std::mem::offset_of;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Offset of `data_head` in `struct perf_event_mmap_page` (see `perf_event_open(2)`).
-const DATA_HEAD: usize = 1024;
-/// Offset of `data_tail`.
-const DATA_TAIL: usize = 1032;
-/// Offset of `data_offset`.
-const DATA_OFFSET: usize = 1040;
-/// Offset of `data_size`.
-const DATA_SIZE: usize = 1048;
+use nix::errno::Errno;
+use perf_event_open_sys::bindings::{self, perf_event_mmap_page};
 
-/// `PERF_RECORD_LOST`.
-const RECORD_LOST: u32 = 2;
-/// `PERF_RECORD_THROTTLE`.
-const RECORD_THROTTLE: u32 = 5;
-/// `PERF_RECORD_UNTHROTTLE`.
-const RECORD_UNTHROTTLE: u32 = 6;
-/// `PERF_RECORD_SAMPLE`.
-const RECORD_SAMPLE: u32 = 9;
-/// `PERF_RECORD_LOST_SAMPLES`.
-const RECORD_LOST_SAMPLES: u32 = 13;
+/// Offset of `data_head` in `struct perf_event_mmap_page`.
+const DATA_HEAD: usize = offset_of!(perf_event_mmap_page, data_head);
+/// Offset of `data_tail`.
+const DATA_TAIL: usize = offset_of!(perf_event_mmap_page, data_tail);
+/// Offset of `data_offset`.
+const DATA_OFFSET: usize = offset_of!(perf_event_mmap_page, data_offset);
+/// Offset of `data_size`.
+const DATA_SIZE: usize = offset_of!(perf_event_mmap_page, data_size);
+
+const RECORD_LOST: u32 = bindings::PERF_RECORD_LOST;
+const RECORD_THROTTLE: u32 = bindings::PERF_RECORD_THROTTLE;
+const RECORD_UNTHROTTLE: u32 = bindings::PERF_RECORD_UNTHROTTLE;
+const RECORD_SAMPLE: u32 = bindings::PERF_RECORD_SAMPLE;
+const RECORD_LOST_SAMPLES: u32 = bindings::PERF_RECORD_LOST_SAMPLES;
+
+/// One 8-byte word of the ring: records and their fields are 8-aligned `u64`s.
+const WORD: u64 = std::mem::size_of::<u64>() as u64;
+/// Size of `struct perf_event_header`, the first word of every record.
+const HEADER: u64 = std::mem::size_of::<bindings::perf_event_header>() as u64;
+/// Bit position of `perf_event_header.size` in the header word read as a little-endian `u64`.
+const SIZE_SHIFT: u64 = 8 * offset_of!(bindings::perf_event_header, size) as u64;
+const _: () = assert!(offset_of!(bindings::perf_event_header, type_) == 0 && HEADER == WORD);
+
+/// `PERF_RECORD_SAMPLE` with `PERF_SAMPLE_IP`: the IP is the word after the header.
+const SAMPLE_IP: u64 = HEADER;
+/// `PERF_SAMPLE_TID` (`u32 pid, tid`) follows the IP.
+const SAMPLE_TID: u64 = SAMPLE_IP + WORD;
+/// `PERF_RECORD_LOST`: `u64 id, lost` after the header.
+const LOST_LOST: u64 = HEADER + WORD;
+/// `PERF_RECORD_LOST_SAMPLES`: `u64 lost` after the header.
+const LOST_SAMPLES_LOST: u64 = HEADER;
 
 /// The layout of a stream's `PERF_RECORD_SAMPLE`: always `PERF_SAMPLE_IP`, optionally `PERF_SAMPLE_TID`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,7 +98,7 @@ impl Ring {
     ///
     /// # Errors
     /// The errno of `mmap(2)`: EPERM/ENOMEM when the locked-memory budget is spent.
-    pub fn map(fd: BorrowedFd<'_>, data_pages: usize, layout: SampleLayout) -> Result<Ring, i32> {
+    pub fn map(fd: BorrowedFd<'_>, data_pages: usize, layout: SampleLayout) -> Result<Ring, Errno> {
         assert!(data_pages.is_power_of_two());
         let page = page_size();
         let map_len = (1 + data_pages) * page;
@@ -95,16 +115,15 @@ impl Ring {
             )
         };
         if base == libc::MAP_FAILED {
-            return Err(super::event::last_errno());
+            return Err(Errno::last());
         }
         let base = base.cast::<u8>();
-        // SAFETY: the metadata page is mapped and the kernel fills `data_offset`/`data_size` before mmap returns.
-        let (data_offset, data_size) = unsafe {
-            (
-                std::ptr::read_volatile(base.add(DATA_OFFSET).cast::<u64>()),
-                std::ptr::read_volatile(base.add(DATA_SIZE).cast::<u64>()),
-            )
-        };
+        // Both offsets lie inside the mapped metadata page (no wrap-around: plain pointer arithmetic).
+        let (offset_at, size_at) = (base.wrapping_add(DATA_OFFSET), base.wrapping_add(DATA_SIZE));
+        // SAFETY: an aligned u64 of the mapped metadata page; the kernel fills it before mmap returns.
+        let data_offset = unsafe { std::ptr::read_volatile(offset_at.cast::<u64>()) };
+        // SAFETY: as above, for `data_size`.
+        let data_size = unsafe { std::ptr::read_volatile(size_at.cast::<u64>()) };
         let (data_offset, data_size) = if data_size == 0 {
             // Kernels before 4.1 leave these zero: the data area starts at the second page.
             (page as u64, (data_pages * page) as u64)
@@ -126,7 +145,7 @@ impl Ring {
     ///
     /// # Errors
     /// The errno of `mmap(2)`.
-    pub fn anonymous(data_pages: usize, layout: SampleLayout) -> Result<Ring, i32> {
+    pub fn anonymous(data_pages: usize, layout: SampleLayout) -> Result<Ring, Errno> {
         assert!(data_pages.is_power_of_two());
         let page = page_size();
         let map_len = (1 + data_pages) * page;
@@ -142,7 +161,7 @@ impl Ring {
             )
         };
         if base == libc::MAP_FAILED {
-            return Err(super::event::last_errno());
+            return Err(Errno::last());
         }
         Ok(Ring {
             base: base.cast::<u8>(),
@@ -158,14 +177,11 @@ impl Ring {
     pub fn load(&mut self, records: &[u8]) {
         let size = (self.mask + 1) as usize;
         assert!(records.len() <= size && records.len() % 8 == 0);
-        // SAFETY: the data area is `size` bytes of our own mapping starting at `data_offset`, and `records` fits.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                records.as_ptr(),
-                self.base.add(self.data_offset),
-                records.len(),
-            );
-        }
+        // SAFETY: `data_offset` is inside our own mapping.
+        let data = unsafe { self.base.add(self.data_offset) };
+        // SAFETY: the data area is `size` bytes of our own mapping from `data`, `records` fits, and the two do not
+        // overlap (`records` is caller memory).
+        unsafe { std::ptr::copy_nonoverlapping(records.as_ptr(), data, records.len()) };
         self.rewind(records.len() as u64);
     }
 
@@ -192,14 +208,21 @@ impl Ring {
         out
     }
 
+    /// The 8-byte aligned u64 at `offset` (`data_head` or `data_tail`) of the metadata page, as an atomic.
+    fn metadata_word(&self, offset: usize) -> &AtomicU64 {
+        // SAFETY: `offset` is DATA_HEAD or DATA_TAIL, inside the mapped metadata page.
+        let at = unsafe { self.base.add(offset) };
+        // SAFETY: an 8-byte aligned u64 inside the mapping, alive while `self` is; the kernel and this thread
+        // access it only atomically.
+        unsafe { &*at.cast::<AtomicU64>() }
+    }
+
     fn head(&self) -> &AtomicU64 {
-        // SAFETY: `data_head` is an 8-byte aligned u64 inside the mapped metadata page, alive while `self` is.
-        unsafe { &*self.base.add(DATA_HEAD).cast::<AtomicU64>() }
+        self.metadata_word(DATA_HEAD)
     }
 
     fn tail(&self) -> &AtomicU64 {
-        // SAFETY: as `head`, for `data_tail`.
-        unsafe { &*self.base.add(DATA_TAIL).cast::<AtomicU64>() }
+        self.metadata_word(DATA_TAIL)
     }
 
     /// Read the 8-byte word at ring position `pos` (an 8-aligned position: records are 8-aligned and the data
@@ -207,9 +230,11 @@ impl Ring {
     #[inline(always)]
     fn word(&self, pos: u64) -> u64 {
         let off = self.data_offset + (pos & self.mask) as usize;
-        // SAFETY: `off` is inside the data area; the caller only reads positions in [tail, head), which the
+        // SAFETY: `off` is inside the data area of the mapping (masked by the data size).
+        let at = unsafe { self.base.add(off) };
+        // SAFETY: an 8-aligned word of the data area; the caller only reads positions in [tail, head), which the
         // kernel finished writing before its store of `data_head` (paired with our Acquire load in `drain`).
-        unsafe { std::ptr::read_volatile(self.base.add(off).cast::<u64>()) }
+        unsafe { std::ptr::read_volatile(at.cast::<u64>()) }
     }
 
     /// True when records are waiting.
@@ -241,25 +266,27 @@ impl Ring {
         while pos < head {
             let header = self.word(pos);
             let kind = header as u32;
-            let size = header >> 48;
-            if size < 8 || pos + size > head {
+            let size = header >> SIZE_SHIFT;
+            if size < HEADER || pos + size > head {
                 // A torn or corrupt header: never loop forever; skip to head.
                 pos = head;
                 break;
             }
             let rec = match kind {
                 RECORD_SAMPLE => {
-                    let ip = self.word(pos + 8);
-                    let (pid, tid) = if self.layout.tid && size >= 24 {
-                        let w = self.word(pos + 16);
-                        (w as u32, (w >> 32) as u32)
+                    let ip = self.word(pos + SAMPLE_IP);
+                    let (pid, tid) = if self.layout.tid && size >= SAMPLE_TID + WORD {
+                        let w = self.word(pos + SAMPLE_TID);
+                        (w as u32, (w >> u32::BITS) as u32)
                     } else {
                         (0, 0)
                     };
                     Record::Sample { ip, pid, tid }
                 }
-                RECORD_LOST if size >= 24 => Record::Lost(self.word(pos + 16)),
-                RECORD_LOST_SAMPLES if size >= 16 => Record::Lost(self.word(pos + 8)),
+                RECORD_LOST if size >= LOST_LOST + WORD => Record::Lost(self.word(pos + LOST_LOST)),
+                RECORD_LOST_SAMPLES if size >= LOST_SAMPLES_LOST + WORD => {
+                    Record::Lost(self.word(pos + LOST_SAMPLES_LOST))
+                }
                 RECORD_THROTTLE => Record::Throttle,
                 RECORD_UNTHROTTLE => Record::Unthrottle,
                 _ => Record::Other,

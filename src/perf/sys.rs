@@ -1,16 +1,38 @@
-//! epoll, eventfd and thread ids for the consumer thread.
+//! The system calls the layers above need besides perf events: thread ids, epoll and eventfd for the consumer
+//! thread, signal masks, fork handlers, pidfds, the descriptor limit, and reads and writes of this process's
+//! own memory that fail with EFAULT instead of faulting.
 //!
 //! # Safety
 //! Each call passes descriptors this module owns (or borrows for the call) and buffers that outlive the call.
+//! The two direct memory copies (`write_own_memory_direct`, `read_own_memory_direct`) are `unsafe fn`s whose
+//! callers promise that `/proc/self/maps` showed the range mapped with the needed access.
+#![allow(unsafe_code)]
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 
-use super::event::last_errno;
+use nix::errno::Errno;
+use nix::sys::uio::{RemoteIoVec, process_vm_readv, process_vm_writev};
+use nix::unistd::Pid;
+
+/// A kernel thread id (`gettid(2)`; the pid of a single-threaded process).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Tid(pub i32);
+
+impl Tid {
+    /// `pid = -1` of `perf_event_open(2)`: every task on the event's CPU (a per-CPU event).
+    pub const ALL_TASKS: Tid = Tid(-1);
+}
+
+impl std::fmt::Display for Tid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
 
 /// The calling thread's kernel thread id.
-pub fn gettid() -> i32 {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() }
+pub fn gettid() -> Tid {
+    Tid(nix::unistd::gettid().as_raw())
 }
 
 /// An eventfd used to wake the consumer.
@@ -20,16 +42,13 @@ pub struct Waker {
 
 impl Waker {
     /// A new non-blocking eventfd.
-    pub fn new() -> Result<Waker, i32> {
+    pub fn new() -> Result<Waker, Errno> {
         // SAFETY: eventfd has no memory preconditions; a valid result is a fresh descriptor we own.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(last_errno());
-        }
+        let fd =
+            Errno::result(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })?;
         // SAFETY: `fd` is a fresh descriptor owned by nobody else.
-        Ok(Waker {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Waker { fd })
     }
 
     /// Wake the waiter (adds 1 to the counter).
@@ -63,27 +82,23 @@ pub struct Epoll {
 
 impl Epoll {
     /// A new epoll instance.
-    pub fn new() -> Result<Epoll, i32> {
+    pub fn new() -> Result<Epoll, Errno> {
         // SAFETY: no memory preconditions; a valid result is a fresh descriptor we own.
-        let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if fd < 0 {
-            return Err(last_errno());
-        }
+        let fd = Errno::result(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) })?;
         // SAFETY: `fd` is fresh and owned by nobody else.
-        Ok(Epoll {
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-        })
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        Ok(Epoll { fd })
     }
 
     /// Watch `fd` for input; `token` comes back with its events.
-    pub fn add(&self, fd: RawFd, token: u64) -> Result<(), i32> {
+    pub fn add(&self, fd: RawFd, token: u64) -> Result<(), Errno> {
         let mut ev = libc::epoll_event {
             events: libc::EPOLLIN as u32,
             u64: token,
         };
         // SAFETY: `ev` is a live epoll_event for the call; `fd` is open (owned by the caller's stream).
         let rc = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
-        if rc < 0 { Err(last_errno()) } else { Ok(()) }
+        Errno::result(rc).map(drop)
     }
 
     /// Stop watching `fd`.
@@ -122,19 +137,103 @@ pub fn register_atfork(
     prepare: extern "C" fn(),
     parent: extern "C" fn(),
     child: extern "C" fn(),
-) -> Result<(), i32> {
+) -> Result<(), Errno> {
     // SAFETY: the three handlers are plain `extern "C" fn()` items that live for the whole program.
     let rc = unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
-    if rc != 0 { Err(rc) } else { Ok(()) }
+    if rc != 0 {
+        Err(Errno::from_raw(rc))
+    } else {
+        Ok(())
+    }
+}
+
+/// Block every signal in the calling thread (a thread of the library: process-directed signals are for the
+/// program's threads).
+pub fn block_all_signals() {
+    let _ = nix::sys::signal::pthread_sigmask(
+        nix::sys::signal::SigmaskHow::SIG_BLOCK,
+        Some(&nix::sys::signal::SigSet::all()),
+        None,
+    );
 }
 
 /// `pidfd_open(2)`: a descriptor that names process `pid` for as long as it is open (no pid reuse).
-pub fn pidfd_open(pid: i32) -> Result<OwnedFd, i32> {
+pub fn pidfd_open(pid: i32) -> Result<OwnedFd, Errno> {
     // SAFETY: a plain system call with integer arguments; a valid result is a fresh descriptor we own.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(last_errno());
-    }
+    let fd = Errno::result(fd)?;
     // SAFETY: `fd` is a fresh descriptor owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// True once the process behind `pidfd` has exited (the pidfd polls readable).
+pub fn pidfd_has_exited(pidfd: BorrowedFd<'_>) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+}
+
+/// Raise the soft `RLIMIT_NOFILE` toward the hard limit (doubling, at least +1024). True if it went up.
+pub fn raise_nofile_limit() -> bool {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return false;
+    };
+    if soft >= hard {
+        return false;
+    }
+    let want = soft
+        .saturating_mul(2)
+        .max(soft.saturating_add(1024))
+        .min(hard);
+    setrlimit(Resource::RLIMIT_NOFILE, want, hard).is_ok()
+}
+
+/// The CPU the calling thread runs on now (`sched_getcpu(3)`).
+pub fn current_cpu() -> Result<usize, Errno> {
+    nix::sched::sched_getcpu()
+}
+
+/// Write `bytes` at `addr` in this process with `process_vm_writev(2)`: returns the bytes written, or the
+/// errno (EFAULT for memory that is not writable, EPERM/ENOSYS where the call is filtered out).
+pub fn write_own_memory(addr: usize, bytes: &[u8]) -> Result<usize, Errno> {
+    let local = [IoSlice::new(bytes)];
+    let remote = [RemoteIoVec {
+        base: addr,
+        len: bytes.len(),
+    }];
+    process_vm_writev(Pid::this(), &local, &remote)
+}
+
+/// Read `out.len()` bytes at `addr` in this process with `process_vm_readv(2)`: returns the bytes read, or the
+/// errno (EFAULT for memory that is not readable).
+pub fn read_own_memory(addr: usize, out: &mut [u8]) -> Result<usize, Errno> {
+    let remote = [RemoteIoVec {
+        base: addr,
+        len: out.len(),
+    }];
+    let mut local = [IoSliceMut::new(out)];
+    process_vm_readv(Pid::this(), &mut local, &remote)
+}
+
+/// Copy `bytes` to `addr` directly (the fallback where `process_vm_writev` is filtered out).
+///
+/// # Safety
+/// `[addr, addr + bytes.len())` must be mapped writable in this process (the caller checked
+/// `/proc/self/maps`) and must not overlap `bytes`.
+pub unsafe fn write_own_memory_direct(addr: usize, bytes: &[u8]) {
+    // SAFETY: the caller's promise: the destination is mapped writable; a byte-wise copy has no alignment
+    // requirement.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), addr as *mut u8, bytes.len()) };
+}
+
+/// Copy `out.len()` bytes from `addr` directly (the fallback where `process_vm_readv` is filtered out).
+///
+/// # Safety
+/// `[addr, addr + out.len())` must be mapped readable in this process (the caller checked
+/// `/proc/self/maps`) and must not overlap `out`.
+pub unsafe fn read_own_memory_direct(addr: usize, out: &mut [u8]) {
+    // SAFETY: the caller's promise: the source is mapped readable; a byte-wise copy has no alignment
+    // requirement.
+    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len()) };
 }

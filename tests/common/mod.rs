@@ -1,4 +1,23 @@
-//! Helpers shared by the integration tests (each test file is a crate of its own and says `mod common;`).
+//! Helpers shared by the integration tests (each test file is a crate of its own and says `mod common;`; the
+//! tests in folders say `#[path = "../common/mod.rs"] mod common;`).
+
+use std::sync::{Mutex, MutexGuard, PoisonError};
+
+/// Held by every test of a test binary that samples this process or changes a process-wide setting (a source's
+/// interval or jitter), so that such tests never overlap. One per test binary (each is a process of its own).
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Take the test binary's serial lock (a test that panicked while holding it does not poison the others).
+#[allow(dead_code)] // not every test crate that includes this module samples
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// `NtCurrentProcess()`, the pseudo-handle `(HANDLE)-1`.
+#[allow(dead_code)] // only the tests that call the C exports need it
+pub fn current_process() -> *mut std::ffi::c_void {
+    std::ptr::without_provenance_mut(usize::MAX)
+}
 
 /// `section_range!(range, "sec")` defines `fn range() -> (base, size)`: the exact extent of linker section
 /// `sec`, from the `__start_sec` / `__stop_sec` symbols the linker provides for a section whose name is a C

@@ -2,10 +2,11 @@
 //! and program headers, as Windows code gets them from `EnumProcessModules`.
 //!
 //! # Safety
-//! The one unsafe block calls `dl_iterate_phdr` with a callback that only reads the `dl_phdr_info` the loader
-//! passes, for the duration of the call, and copies what it needs into owned values; the callback never unwinds
-//! (it catches nothing because it cannot panic: it only copies integers and bytes and pushes to a `Vec`, whose
-//! allocation failure aborts rather than unwinds).
+//! `dl_iterate_phdr` is called with a callback that only reads the `dl_phdr_info` the loader passes, for the
+//! duration of the call, and copies what it needs into owned values; the callback does not unwind (it copies
+//! integers and bytes and pushes to a `Vec`, whose allocation failure aborts). `getauxval` reads the auxiliary
+//! vector. Each block says why it is sound.
+#![allow(unsafe_code)]
 
 use std::ffi::{CStr, c_int, c_void};
 
@@ -33,37 +34,40 @@ struct Walk {
 }
 
 extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> c_int {
-    // SAFETY: `data` is the `&mut Walk` passed to `dl_iterate_phdr` below, alive and exclusively ours for the
-    // whole call; `info` points to the loader's record for one object, valid for the duration of this callback;
-    // `dlpi_name` is a NUL-terminated string (possibly empty) and `dlpi_phdr` points to `dlpi_phnum` program
-    // headers of the object, both owned by the loader and not modified while it holds its lock for the walk.
-    unsafe {
-        let walk = &mut *(data as *mut Walk);
-        let info = &*info;
-        let name = if info.dlpi_name.is_null() {
-            Vec::new()
-        } else {
-            CStr::from_ptr(info.dlpi_name).to_bytes().to_vec()
-        };
-        let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
-            &[]
-        } else {
-            std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum))
-        };
-        for ph in phdrs {
-            if ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_X != 0 && ph.p_memsz > 0 {
-                walk.segments.push(LoadedSegment {
-                    name: name.clone(),
-                    bias: info.dlpi_addr,
-                    vaddr: ph.p_vaddr,
-                    memsz: ph.p_memsz,
-                    offset: ph.p_offset,
-                    object: walk.object,
-                });
-            }
+    // SAFETY: `data` is the `&mut Walk` that `loaded_segments` passed to `dl_iterate_phdr`: alive for the whole
+    // walk and reached only through this pointer while it runs.
+    let walk = unsafe { &mut *(data as *mut Walk) };
+    // SAFETY: the loader passes a valid record for one object, valid for the duration of this callback.
+    let info = unsafe { &*info };
+    let name = if info.dlpi_name.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: a non-null `dlpi_name` is a NUL-terminated string owned by the loader, unchanged while it holds
+        // its lock for the walk.
+        unsafe { CStr::from_ptr(info.dlpi_name) }
+            .to_bytes()
+            .to_vec()
+    };
+    let phdrs: &[libc::Elf64_Phdr] = if info.dlpi_phdr.is_null() {
+        &[]
+    } else {
+        // SAFETY: a non-null `dlpi_phdr` points to the object's `dlpi_phnum` program headers, mapped and unchanged
+        // during the walk.
+        unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) }
+    };
+    for ph in phdrs {
+        if ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_X != 0 && ph.p_memsz > 0 {
+            walk.segments.push(LoadedSegment {
+                name: name.clone(),
+                bias: info.dlpi_addr,
+                vaddr: ph.p_vaddr,
+                memsz: ph.p_memsz,
+                offset: ph.p_offset,
+                object: walk.object,
+            });
         }
-        walk.object += 1;
     }
+    walk.object += 1;
     0
 }
 

@@ -1,16 +1,17 @@
 //! `fork()` of a profiling process. The child has no consumer thread and no ring mappings (perf maps are
 //! `VM_DONTCOPY`) but inherits the descriptors: it must treat every profile as dead and never touch the rings.
 //!
-//! Before a fork, the forking thread takes the handle table's lock and the engine's lock (in the usual order),
-//! so that no other thread is half-way through an API call when the address space is copied. The parent then
-//! releases them. The child, holding both, invalidates every handle, closes its copies of the event
-//! descriptors, forgets the parent's consumer thread, and releases them.
+//! At the top of the layers: it knows both the handle table (`handles`) and the engine. Before a fork, the
+//! forking thread takes the handle table's lock and the engine's lock (in the usual order), so that no other
+//! thread is half-way through an API call when the address space is copied. The parent then releases them. The
+//! child, holding both, invalidates every handle, closes its copies of the event descriptors, forgets the
+//! parent's consumer and jitter threads, and releases them.
 
 use std::cell::RefCell;
 use std::sync::{MutexGuard, Once};
 
-use super::{Engine, lock};
-use crate::ffi::handles::{Table, table};
+use crate::engine::{self, Engine};
+use crate::handles::{Table, table};
 
 thread_local! {
     static HELD: RefCell<Option<(MutexGuard<'static, Table>, MutexGuard<'static, Engine>)>> =
@@ -19,7 +20,7 @@ thread_local! {
 
 extern "C" fn prepare() {
     let t = table();
-    let e = lock();
+    let e = engine::lock();
     HELD.with(|h| *h.borrow_mut() = Some((t, e)));
 }
 
@@ -36,7 +37,8 @@ extern "C" fn child() {
     });
 }
 
-/// Install the fork handlers (once per process; called on the first profile creation).
+/// Install the fork handlers (once per process; called by both APIs at every profile creation, before the
+/// first start can create a thread).
 pub(crate) fn install() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {

@@ -1,0 +1,149 @@
+//! A synthetic report with known numbers, for the renderers' unit tests.
+//!
+//! Timer at 1 ms (10000 x 100 ns): 1000 samples, of which `hot_a` in the executable 600 (one bucket of it in the
+//! inlined helper `mix`), `hot_b` in `libhot.so` 300, and 100 outside every module. One sample was lost.
+
+use crate::report::{
+    BucketReport, Frame, FunctionReport, LineReport, ModuleReport, Report, RunInfo, SCHEMA_VERSION,
+    SourceReport, Stats,
+};
+
+fn frame(function: &str, file: &str, line: u32, inlined: bool) -> Frame {
+    Frame {
+        function: function.into(),
+        file: Some(file.into()),
+        line: Some(line),
+        inlined,
+    }
+}
+
+fn bucket(module: &str, address: u64, bias: u64, samples: u64, frames: Vec<Frame>) -> BucketReport {
+    BucketReport {
+        module: module.into(),
+        address,
+        offset: address - bias,
+        size: 16,
+        samples,
+        frames,
+    }
+}
+
+/// The report.
+pub fn report() -> Report {
+    let exe_bias = 0x5555_0000_0000;
+    let lib_bias = 0x7f00_0000_0000;
+    let buckets = vec![
+        bucket(
+            "demo",
+            exe_bias + 0x1130,
+            exe_bias,
+            350,
+            vec![frame("hot_a", "/src/demo.c", 12, false)],
+        ),
+        bucket(
+            "demo",
+            exe_bias + 0x1140,
+            exe_bias,
+            250,
+            vec![
+                frame("mix", "/src/mix.h", 3, true),
+                frame("hot_a", "/src/demo.c", 13, false),
+            ],
+        ),
+        bucket(
+            "libhot.so",
+            lib_bias + 0x1100,
+            lib_bias,
+            300,
+            vec![frame("hot_b", "/src/hot, \"b\".c", 7, false)],
+        ),
+    ];
+    let module = |name: &str, path: &str, bias: u64, samples: u64| ModuleReport {
+        name: name.into(),
+        path: path.into(),
+        build_id: Some(format!("{:x}", 0x0123_abcd_u64 + samples)),
+        start: bias + 0x1000,
+        end: bias + 0x2000,
+        file_offset: 0x1000,
+        bias,
+        samples,
+        share: samples as f64 / 1000.0,
+        profiled_from_ms: 0.0,
+    };
+    let function = |module: &str, name: &str, address: u64, file: &str, line: u32, samples: u64| {
+        FunctionReport {
+            module: module.into(),
+            name: name.into(),
+            address,
+            size: 64,
+            file: Some(file.into()),
+            line: Some(line),
+            samples,
+            share: samples as f64 / 1000.0,
+        }
+    };
+    let line = |module: &str, function: &str, file: &str, line: u32, samples: u64| LineReport {
+        module: module.into(),
+        function: function.into(),
+        file: file.into(),
+        line,
+        samples,
+        share: samples as f64 / 1000.0,
+        text: None,
+    };
+    Report {
+        schema_version: SCHEMA_VERSION,
+        tool: "ntprof 0.1.0".into(),
+        run: RunInfo {
+            mode: "record".into(),
+            command: vec!["./demo".into(), "--seconds".into(), "2".into()],
+            pid: Some(4242),
+            duration_s: 2.0,
+            started_at: "2026-11-23T13:46:41Z".into(),
+            exit_status: Some(0),
+            ended_by: "exited".into(),
+            cpus: None,
+            bucket_log2: 4,
+            module_poll_ms: 10.0,
+            symbolize_ms: 1.5,
+            notes: vec!["libraries mapped later are profiled within 10 ms of being mapped".into()],
+        },
+        sources: vec![SourceReport {
+            name: "Timer".into(),
+            value: 0,
+            interval: 10_000,
+            interval_unit: "100ns".into(),
+            sample_value: 1_000_000,
+            sample_unit: "nanoseconds".into(),
+            achieved_rate_hz: 500.0,
+            jitter_percent: 0,
+            stats: Stats {
+                counted: 900,
+                outside: 100,
+                lost: 1,
+                throttled: 0,
+            },
+            modules: vec![
+                module("demo", "/opt/demo/bin/demo", exe_bias, 600),
+                module("libhot.so", "/opt/demo/lib/libhot.so", lib_bias, 300),
+            ],
+            functions: vec![
+                function("demo", "hot_a", exe_bias + 0x1120, "/src/demo.c", 10, 600),
+                function(
+                    "libhot.so",
+                    "hot_b",
+                    lib_bias + 0x1100,
+                    "/src/hot, \"b\".c",
+                    5,
+                    300,
+                ),
+            ],
+            lines: vec![
+                line("demo", "hot_a", "/src/demo.c", 12, 350),
+                line("libhot.so", "hot_b", "/src/hot, \"b\".c", 7, 300),
+                line("demo", "mix", "/src/mix.h", 3, 250),
+            ],
+            buckets,
+        }],
+    }
+}
