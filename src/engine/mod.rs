@@ -20,6 +20,8 @@ pub(crate) mod consumer;
 pub(crate) mod counters;
 pub(crate) mod index;
 mod jitter;
+#[doc(hidden)]
+pub mod replay;
 pub(crate) mod stream;
 mod threads;
 

@@ -139,6 +139,75 @@ impl Ring {
         })
     }
 
+    /// A ring in anonymous memory with the kernel's layout (metadata page, then `data_pages` data pages), for
+    /// replaying recorded ring contents through the consumer's decoder (`engine::replay`, unstable). Nothing but
+    /// [`Ring::load`] writes records into it.
+    ///
+    /// # Errors
+    /// The errno of `mmap(2)`.
+    pub fn anonymous(data_pages: usize, layout: SampleLayout) -> Result<Ring, Errno> {
+        assert!(data_pages.is_power_of_two());
+        let page = page_size();
+        let map_len = (1 + data_pages) * page;
+        // SAFETY: a fresh private anonymous mapping; no existing memory is touched.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(Errno::last());
+        }
+        Ok(Ring {
+            base: base.cast::<u8>(),
+            map_len,
+            data_offset: page,
+            mask: (data_pages * page) as u64 - 1,
+            layout,
+        })
+    }
+
+    /// Copy `records` (whole records, in the kernel's format, at most the data area) to the start of the data
+    /// area of an [`anonymous`](Ring::anonymous) ring and make them readable: tail 0, head their length.
+    pub fn load(&mut self, records: &[u8]) {
+        let size = (self.mask + 1) as usize;
+        assert!(records.len() <= size && records.len() % 8 == 0);
+        // SAFETY: `data_offset` is inside our own mapping.
+        let data = unsafe { self.base.add(self.data_offset) };
+        // SAFETY: the data area is `size` bytes of our own mapping from `data`, `records` fits, and the two do not
+        // overlap (`records` is caller memory).
+        unsafe { std::ptr::copy_nonoverlapping(records.as_ptr(), data, records.len()) };
+        self.rewind(records.len() as u64);
+    }
+
+    /// Make the first `len` bytes of the data area readable again (tail 0, head `len`): the replay of the same
+    /// contents. Only for an [`anonymous`](Ring::anonymous) ring (a kernel ring's head is the kernel's).
+    pub fn rewind(&mut self, len: u64) {
+        // Relaxed/Release: this thread is the ring's only reader and writer; Release orders `load`'s copy before
+        // the head that publishes it, as the kernel's store does.
+        self.tail().store(0, Ordering::Relaxed);
+        self.head().store(len, Ordering::Release);
+    }
+
+    /// The bytes between tail and head, in order (unwrapped), without consuming them: a recording of the
+    /// ring's contents.
+    pub fn copy_out(&self) -> Vec<u8> {
+        let head = self.head().load(Ordering::Acquire);
+        let tail = self.tail().load(Ordering::Relaxed);
+        let mut out = Vec::with_capacity(head.saturating_sub(tail) as usize);
+        let mut pos = tail;
+        while pos < head {
+            out.extend_from_slice(&self.word(pos).to_ne_bytes());
+            pos += 8;
+        }
+        out
+    }
+
     /// The 8-byte aligned u64 at `offset` (`data_head` or `data_tail`) of the metadata page, as an atomic.
     fn metadata_word(&self, offset: usize) -> &AtomicU64 {
         // SAFETY: `offset` is DATA_HEAD or DATA_TAIL, inside the mapped metadata page.
@@ -173,6 +242,16 @@ impl Ring {
         // Acquire pairs with the kernel's release store of `data_head`; Relaxed for `data_tail`, which only this
         // thread writes.
         self.head().load(Ordering::Acquire) != self.tail().load(Ordering::Relaxed)
+    }
+
+    /// Bytes waiting to be read, and the size of the data area: how full the ring is.
+    pub fn fill(&self) -> (u64, u64) {
+        // Acquire/Relaxed as in `has_data`.
+        let used = self
+            .head()
+            .load(Ordering::Acquire)
+            .wrapping_sub(self.tail().load(Ordering::Relaxed));
+        (used, self.mask + 1)
     }
 
     /// Decode every record between `data_tail` and `data_head`, hand each to `sink`, then give the space back.
