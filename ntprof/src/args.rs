@@ -6,6 +6,7 @@ use clap::{Args, Parser, Subcommand};
 use ntprofile::ProfileSource;
 
 use crate::output::OutputArgs;
+use crate::report::Expectation;
 
 /// ntprof - a kernrate-like profiler built on ntprofile (the Windows NT profile API on Linux perf_event).
 ///
@@ -70,6 +71,10 @@ pub struct ProfileArgs {
     /// Only these processors, e.g. 0-3,6 (default: all).
     #[arg(long, value_name = "LIST", value_parser = parse_cpu_list)]
     pub cpus: Option<CpuList>,
+    /// A designed share to check: FUNCTION=PERCENT (repeatable). The report then compares it with the measured
+    /// share, in percentage points and in standard deviations of a share with that many samples.
+    #[arg(long = "expect", value_name = "FUNCTION=PERCENT", value_parser = parse_expect_arg)]
+    pub expect: Vec<Expectation>,
     /// Profile only the modules with this name (file name, e.g. libc.so.6, or full path); repeatable.
     #[arg(short = 'm', long = "module", value_name = "NAME")]
     pub modules: Vec<String>,
@@ -209,6 +214,26 @@ impl ProfileArgs {
             .filter_map(|i| i.source)
             .find(|s| !self.sources.contains(s))
     }
+}
+
+fn parse_expect_arg(s: &str) -> Result<Expectation, String> {
+    let (function, percent) = s
+        .rsplit_once('=')
+        .ok_or_else(|| format!("'{s}' is not FUNCTION=PERCENT (e.g. main=60)"))?;
+    let percent: f64 = percent
+        .trim()
+        .trim_end_matches('%')
+        .parse()
+        .map_err(|_| format!("'{percent}' is not a percentage"))?;
+    if function.trim().is_empty() || !(0.0..=100.0).contains(&percent) {
+        return Err(format!(
+            "'{s}' is not FUNCTION=PERCENT with PERCENT in 0..=100"
+        ));
+    }
+    Ok(Expectation {
+        function: function.trim().to_string(),
+        percent,
+    })
 }
 
 fn parse_interval_arg(s: &str) -> Result<IntervalArg, String> {

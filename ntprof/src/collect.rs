@@ -481,6 +481,7 @@ pub fn run_info(
         module_poll_ms,
         symbolize_ms: 0.0,
         notes: Vec::new(),
+        expected: Vec::new(),
     }
 }
 

@@ -740,6 +740,7 @@ pub fn record(args: &RecordArgs) -> Result<Outcome, Failure> {
         args.profile.poll_ms as f64,
     );
     run.notes = user_notes(&rec, args.profile.poll_ms, breakpoint);
+    run.expected = args.profile.expect.clone();
     let report = finish_report(&rec, run, &mut SymbolCache::default());
     let warning = unmatched_warning(&rec);
     Ok(Outcome {
@@ -859,6 +860,7 @@ pub fn attach(args: &AttachArgs) -> Result<Outcome, Failure> {
         args.profile.poll_ms as f64,
     );
     run.notes = user_notes(&rec, args.profile.poll_ms, None);
+    run.expected = args.profile.expect.clone();
     if ended_by == "process-exited" {
         run.notes.push(format!(
             "process {} exited during the attach; the report covers it up to its exit",
@@ -989,6 +991,7 @@ fn record_kernel(args: &RecordArgs) -> Result<Outcome, Failure> {
         args.profile.bucket,
         0.0,
     );
+    run.expected = args.profile.expect.clone();
     run.notes.push(
         "system-wide kernel profile: samples of every process in user space, and in kernel memory outside \
          the kernel's text and its modules, count as outside"

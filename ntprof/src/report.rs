@@ -58,6 +58,19 @@ pub struct RunInfo {
     /// startup were caught), one sentence each.
     #[serde(default)]
     pub notes: Vec<String>,
+    /// The designed shares given with `--expect FUNCTION=PERCENT`, compared with the measured ones in the
+    /// report; empty when none was given.
+    #[serde(default)]
+    pub expected: Vec<Expectation>,
+}
+
+/// A designed share of the samples (`--expect FUNCTION=PERCENT`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Expectation {
+    /// The function's name as the report shows it.
+    pub function: String,
+    /// Its designed share in percent of the samples (counted + outside).
+    pub percent: f64,
 }
 
 /// The results of one profile source.

@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use crate::report::{Report, SourceReport};
+use crate::report::{Expectation, Report, SourceReport};
 
 /// Width of the bar at a 100 % share.
 const BAR_WIDTH: f64 = 30.0;
@@ -123,6 +123,7 @@ pub fn render(report: &Report, top: usize) -> String {
 
     for s in &report.sources {
         render_source(&mut out, s, top);
+        render_expected(&mut out, s, &report.run.expected);
     }
     // Empty bars and text leave trailing blanks.
     let mut trimmed: String = out
@@ -229,6 +230,59 @@ fn render_source(out: &mut String, s: &SourceReport, top: usize) {
     }
 }
 
+/// Designed against measured shares (`--expect`): each function's deviation in percentage points and in
+/// standard deviations of a binomial share with this source's number of samples.
+fn render_expected(out: &mut String, s: &SourceReport, expected: &[Expectation]) {
+    let total = s.stats.counted + s.stats.outside;
+    if expected.is_empty() || total == 0 {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n  {:<36} {:>9} {:>9} {:>10} {:>8}",
+        "Designed against measured", "designed", "measured", "deviation", "sigma"
+    );
+    let mut largest: Option<(f64, f64)> = None;
+    for e in expected {
+        let samples: u64 = s
+            .functions
+            .iter()
+            .filter(|f| f.name == e.function)
+            .map(|f| f.samples)
+            .sum();
+        let designed = e.percent / 100.0;
+        let measured = samples as f64 / total as f64;
+        let points = (measured - designed) * 100.0;
+        let sigma = (designed * (1.0 - designed) / total as f64).sqrt();
+        let z = if sigma > 0.0 {
+            (measured - designed) / sigma
+        } else {
+            0.0
+        };
+        if largest.is_none_or(|(p, _)| points.abs() > p.abs()) {
+            largest = Some((points, z));
+        }
+        let _ = writeln!(
+            out,
+            "  {:<36} {:>8.1}% {:>8.1}% {:>+6.1} pts {:>+8.2}",
+            head(&e.function, 36),
+            e.percent,
+            measured * 100.0,
+            points,
+            z
+        );
+    }
+    if let Some((points, z)) = largest {
+        let _ = writeln!(
+            out,
+            "  largest deviation {:.1} points ({:.2} standard deviations of a share of {} samples)",
+            points.abs(),
+            z.abs(),
+            total
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,6 +305,10 @@ mod tests {
                 module_poll_ms: 10.0,
                 symbolize_ms: 1.5,
                 notes: vec!["a note".into()],
+                expected: vec![Expectation {
+                    function: "hot".into(),
+                    percent: 50.0,
+                }],
             },
             sources: vec![SourceReport {
                 name: "Timer".into(),
@@ -319,6 +377,10 @@ mod tests {
             "##################", // 60 % of 30
             "prog.c:4",
             "x = x * 31;",
+            // --expect hot=50 against 1200 of 2000 samples: +10 points, 10 / sqrt(0.25 / 2000) = 8.94 sigma.
+            "Designed against measured",
+            "+10.0 pts    +8.94",
+            "largest deviation 10.0 points (8.94 standard deviations of a share of 2000 samples)",
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }

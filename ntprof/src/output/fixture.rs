@@ -107,6 +107,7 @@ pub fn report() -> Report {
             module_poll_ms: 10.0,
             symbolize_ms: 1.5,
             notes: vec!["libraries mapped later are profiled within 10 ms of being mapped".into()],
+            expected: vec![],
         },
         sources: vec![SourceReport {
             name: "Timer".into(),
