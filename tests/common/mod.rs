@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests (each test file is a crate of its own and says `mod common;`; the
 //! tests in folders say `#[path = "../common/mod.rs"] mod common;`).
+//! The helpers for building C programs are in `cbuild.rs`, included only by the tests that need them.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
