@@ -14,6 +14,9 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
 
+mod common;
+use common::gcc;
+
 const NTPROF: &str = env!("CARGO_BIN_EXE_ntprof");
 
 /// The C programs of `tests/c`, built once per test binary.
@@ -25,19 +28,6 @@ impl Programs {
     fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
-}
-
-fn gcc(args: &[&str], cwd: &Path) {
-    let out = Command::new("gcc")
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("run gcc");
-    assert!(
-        out.status.success(),
-        "gcc {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn run_tool(tool: &str, args: &[&str]) {
@@ -52,9 +42,7 @@ fn programs() -> &'static Programs {
     static P: OnceLock<Programs> = OnceLock::new();
     P.get_or_init(|| {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("ntprof-record-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = common::build_dir("record");
         let d = dir.to_str().unwrap();
         let s = |f: &str| src.join(f).to_str().unwrap().to_string();
         gcc(
@@ -260,27 +248,25 @@ fn module<'a>(s: &'a Value, name: &str) -> &'a Value {
 /// Counted + outside + lost adds up: the modules' samples are the counted ones.
 fn check_accounting(s: &Value) {
     let st = &s["stats"];
-    let modules: u64 = s["modules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| u(&m["samples"]))
-        .sum();
-    assert_eq!(modules, u(&st["counted"]), "modules vs counted: {st}");
-    let functions: u64 = s["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| u(&f["samples"]))
-        .sum();
-    assert_eq!(functions, u(&st["counted"]), "functions vs counted");
-    let buckets: u64 = s["buckets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| u(&b["samples"]))
-        .sum();
-    assert_eq!(buckets, u(&st["counted"]), "buckets vs counted");
+    let samples = |list: &str| -> u64 {
+        s[list]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| u(&e["samples"]))
+            .sum()
+    };
+    assert_eq!(
+        samples("modules"),
+        u(&st["counted"]),
+        "modules vs counted: {st}"
+    );
+    assert_eq!(
+        samples("functions"),
+        u(&st["counted"]),
+        "functions vs counted"
+    );
+    assert_eq!(samples("buckets"), u(&st["counted"]), "buckets vs counted");
 }
 
 /// `a` of `a + b` is within 3 σ of `p` (binomial).
