@@ -23,6 +23,7 @@ use ntprofile::{
 };
 
 mod common;
+use common::unprivileged_command;
 
 /// The environment variable naming a helper mode of this binary.
 const HELPER_ENV: &str = "NTPROFILE_REACH_HELPER";
@@ -684,20 +685,7 @@ fn unprivileged_rust_api_gets_the_c_api_statuses() {
     std::fs::copy(std::env::current_exe().expect("current_exe"), &helper).expect("copy");
     std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let as_root = nix::unistd::geteuid().is_root();
-    let mut command = if as_root {
-        let mut c = Command::new("setpriv");
-        c.args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-        ])
-        .arg(&helper);
-        c
-    } else {
-        Command::new(&helper)
-    };
+    let mut command = unprivileged_command(&helper);
     command
         .args(HELPER_ARGS)
         .current_dir(&scratch.0)

@@ -75,3 +75,57 @@ pub fn clock_ns(clock: libc::clockid_t) -> u64 {
     assert_eq!(rc, 0, "clock_gettime");
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
+
+/// What a leak would change: the process's open descriptors (and what they are), threads and memory mappings.
+#[allow(dead_code)] // only the leak and hardening tests take snapshots
+#[derive(Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Open descriptors and what they are (`readlink /proc/self/fd/N`). The descriptor of the listing itself is
+    /// in every snapshot alike (same lowest free number, same target).
+    pub fds: std::collections::BTreeMap<i32, String>,
+    /// Threads (`/proc/self/task`).
+    pub threads: usize,
+    /// Memory mappings (`/proc/self/maps` lines).
+    pub maps: usize,
+}
+
+/// The process now, as a [`Snapshot`].
+#[allow(dead_code)] // only the leak and hardening tests take snapshots
+pub fn snapshot() -> Snapshot {
+    let mut fds = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap() {
+        let entry = entry.unwrap();
+        let fd: i32 = entry.file_name().to_str().unwrap().parse().unwrap();
+        // A descriptor may vanish between the listing and the readlink (the listing's own, once closed).
+        if let Ok(target) = std::fs::read_link(entry.path()) {
+            fds.insert(fd, target.to_string_lossy().into_owned());
+        }
+    }
+    let threads = std::fs::read_dir("/proc/self/task").unwrap().count();
+    let maps = std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .count();
+    Snapshot { fds, threads, maps }
+}
+
+/// A command running `program` without privilege: as root, through `setpriv` to uid/gid 65534 (nobody) with no
+/// supplementary group and no capability (inheritable or in the bounding set); otherwise the program directly
+/// (the caller is already unprivileged).
+#[allow(dead_code)] // only the tests of privilege denial drop privilege
+pub fn unprivileged_command(program: &std::path::Path) -> std::process::Command {
+    if nix::unistd::geteuid().is_root() {
+        let mut c = std::process::Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(program);
+        c
+    } else {
+        std::process::Command::new(program)
+    }
+}
