@@ -22,6 +22,7 @@ use ntprofile::{NtStatus, ProfileSource};
 
 #[path = "common/cbuild.rs"]
 mod cbuild;
+mod common;
 use cbuild::{Scratch, repo, run_tool};
 
 /// The C programs sample this machine's CPUs: run one at a time, so that they do not disturb each other's
@@ -655,24 +656,7 @@ fn find_function_c() {
     let (ok, out) = run_program(&exe);
     assert!(ok, "ffi/find_function.c failed:\n{out}");
     // The figures themselves, checked here too (not only by the program's own exit status).
-    let numbers = |prefix: &str| -> Vec<u64> {
-        let line = out
-            .lines()
-            .find(|l| l.starts_with(prefix))
-            .unwrap_or_else(|| panic!("no `{prefix}` line:\n{out}"));
-        line.split(|c: char| !c.is_ascii_digit())
-            .filter_map(|w| w.parse().ok())
-            .collect()
-    };
-    // "function: example_target C counted in its own profile (O outside it); in the program's code I in
-    // example_target's buckets, E elsewhere"
-    let f = numbers("function:");
-    let (inside, elsewhere) = (f[f.len() - 2], f[f.len() - 1]);
-    assert!(inside > 1000 && elsewhere * 50 <= inside, "{f:?}");
-    // "library: PATH [BASE, +SIZE) C counted in libm, O outside it"
-    let l = numbers("library:");
-    let (counted, outside) = (l[l.len() - 2], l[l.len() - 1]);
-    assert!(counted > 1000 && counted >= 2 * outside, "{l:?}");
+    common::check_find_function_figures(&out);
 }
 
 /// `ffi/readme.c`, the README's C example, builds without a warning and counts samples in the function it found.

@@ -129,3 +129,27 @@ pub fn unprivileged_command(program: &std::path::Path) -> std::process::Command 
         std::process::Command::new(program)
     }
 }
+
+/// Check the figures the find-function examples print (`ffi/find_function.c` and `examples/find_function.rs` print
+/// the same two lines):
+/// "function: example_target C counted in its own profile (O outside it); in the program's code I in
+/// example_target's buckets, E elsewhere" — the program's samples land in the function's buckets;
+/// "library: PATH [BASE, +SIZE) C counted in libm, O outside it" — and the library's in libm.
+#[allow(dead_code)] // only the tests of the find-function examples
+pub fn check_find_function_figures(out: &str) {
+    let numbers = |prefix: &str| -> Vec<u64> {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no `{prefix}` line:\n{out}"));
+        line.split(|c: char| !c.is_ascii_digit())
+            .filter_map(|w| w.parse().ok())
+            .collect()
+    };
+    let f = numbers("function:");
+    let (inside, elsewhere) = (f[f.len() - 2], f[f.len() - 1]);
+    assert!(inside > 1000 && elsewhere * 50 <= inside, "{f:?}");
+    let l = numbers("library:");
+    let (counted, outside) = (l[l.len() - 2], l[l.len() - 1]);
+    assert!(counted > 1000 && counted >= 2 * outside, "{l:?}");
+}
