@@ -269,6 +269,21 @@ fn check_accounting(s: &Value) {
     assert_eq!(samples("buckets"), u(&st["counted"]), "buckets vs counted");
 }
 
+/// The split program's source `s`: its accounting adds up, `exe_hot` and `lib_hot` are the two hottest
+/// functions and they share the samples 60 / 40 within 3 σ (`what` names the comparison). Returns the functions.
+fn check_split<'a>(s: &'a Value, what: &str) -> &'a Vec<Value> {
+    check_accounting(s);
+    let f = s["functions"].as_array().unwrap();
+    let top: Vec<&str> = f
+        .iter()
+        .take(2)
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(top, ["exe_hot", "lib_hot"], "the two hot functions on top");
+    within_3_sigma(u(&f[0]["samples"]), u(&f[1]["samples"]), 0.6, what);
+    f
+}
+
 /// `a` of `a + b` is within 3 σ of `p` (binomial).
 fn within_3_sigma(a: u64, b: u64, p: f64, what: &str) {
     let n = (a + b) as f64;
@@ -306,22 +321,9 @@ fn split_60_40_named_with_lines() {
     let p = programs();
     let r = record_split(&p.dir);
     let s = source(&r, "Timer");
-    check_accounting(s);
-    let f = s["functions"].as_array().unwrap();
-    let top: Vec<&str> = f
-        .iter()
-        .take(2)
-        .map(|f| f["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(top, ["exe_hot", "lib_hot"], "the two hot functions on top");
+    let f = check_split(s, "exe_hot vs lib_hot");
     assert_eq!(f[0]["module"], "split");
     assert_eq!(f[1]["module"], "libsplit.so");
-    within_3_sigma(
-        u(&f[0]["samples"]),
-        u(&f[1]["samples"]),
-        0.6,
-        "exe_hot vs lib_hot",
-    );
     // The hottest lines: the loop's line in split.h (inlined into both), with its text.
     let lines = s["lines"].as_array().unwrap();
     for l in lines.iter().take(2) {
@@ -358,20 +360,7 @@ fn split_without_debug_info_uses_the_symbol_table() {
     let p = programs();
     let r = record_split(&p.dir.join("nodebug"));
     let s = source(&r, "Timer");
-    check_accounting(s);
-    let f = s["functions"].as_array().unwrap();
-    let top: Vec<&str> = f
-        .iter()
-        .take(2)
-        .map(|f| f["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(top, ["exe_hot", "lib_hot"]);
-    within_3_sigma(
-        u(&f[0]["samples"]),
-        u(&f[1]["samples"]),
-        0.6,
-        "exe_hot vs lib_hot (no debug info)",
-    );
+    check_split(s, "exe_hot vs lib_hot (no debug info)");
     assert!(
         s["lines"]
             .as_array()
@@ -499,20 +488,7 @@ fn attach_reports_the_same_functions() {
     let d = r["run"]["duration_s"].as_f64().unwrap();
     assert!((1.9..4.0).contains(&d), "duration {d}");
     let s = source(&r, "Timer");
-    check_accounting(s);
-    let f = s["functions"].as_array().unwrap();
-    let top: Vec<&str> = f
-        .iter()
-        .take(2)
-        .map(|f| f["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(top, ["exe_hot", "lib_hot"]);
-    within_3_sigma(
-        u(&f[0]["samples"]),
-        u(&f[1]["samples"]),
-        0.6,
-        "attach: exe_hot vs lib_hot",
-    );
+    check_split(s, "attach: exe_hot vs lib_hot");
 }
 
 #[test]
