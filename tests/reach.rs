@@ -373,24 +373,12 @@ fn helper_unprivileged() {
     report("own_exited", process.has_exited());
 }
 
-fn run_helper(mut command: Command) -> HashMap<String, String> {
-    let out = command.output().expect("run the helper process");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "helper failed ({:?}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-        out.status
-    );
+fn run_helper(command: Command) -> HashMap<String, String> {
+    let (stdout, _, results) = common::run_helper_process(command);
     for line in stdout.lines().filter(|l| l.starts_with("detail:")) {
         note(line);
     }
-    stdout
-        .lines()
-        .filter_map(|l| l.split_once("RESULT ").map(|(_, r)| r))
-        .filter_map(|l| l.split_once(' '))
-        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-        .collect()
+    results
 }
 
 fn status_in(r: &HashMap<String, String>, key: &str) -> NtStatus {

@@ -153,3 +153,27 @@ pub fn check_find_function_figures(out: &str) {
     let (counted, outside) = (l[l.len() - 2], l[l.len() - 1]);
     assert!(counted > 1000 && counted >= 2 * outside, "{l:?}");
 }
+
+/// Run a helper process (this test binary run again for one ignored test) to its end; panic with its output unless
+/// it succeeded. Returns its stdout, its stderr and the `key value` pairs of its `RESULT key value` lines (libtest
+/// may print "test helper_process ... " just before the first result, on the same line).
+#[allow(dead_code)] // only the tests that start helper processes
+pub fn run_helper_process(
+    mut command: std::process::Command,
+) -> (String, String, std::collections::HashMap<String, String>) {
+    let out = command.output().expect("run the helper process");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "helper failed ({:?}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
+    let results = stdout
+        .lines()
+        .filter_map(|l| l.split_once("RESULT ").map(|(_, r)| r))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect();
+    (stdout, stderr, results)
+}
