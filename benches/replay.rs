@@ -9,7 +9,7 @@
 //! Uses `ntprofile::engine::replay`, an unstable entry point that exists for benchmarks only.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use ntprofile::engine::replay::{Range, Recording, Replay};
+use ntprofile::engine::replay::{Recording, Replay};
 
 /// Four hot functions of different sizes, so that the recording's IPs spread over a few hundred bytes.
 #[inline(never)]
@@ -57,30 +57,9 @@ fn recording() -> Recording {
     }
 }
 
-/// `n` profiles over the span of `ips`: all of it each (overlapping), or `n` consecutive slices (disjoint).
-pub fn ranges(ips: &[u64], n: usize, overlapping: bool) -> Vec<Range> {
-    let lo = ips.iter().copied().min().unwrap_or(0) & !0xF;
-    let hi = (ips.iter().copied().max().unwrap_or(0) + 16) & !0xF;
-    let span = (hi - lo).max(16 * n as u64);
-    (0..n)
-        .map(|i| {
-            if overlapping {
-                Range {
-                    base: lo,
-                    size: span,
-                    bucket_size: 2,
-                }
-            } else {
-                let slice = span.div_ceil(n as u64).next_multiple_of(4);
-                Range {
-                    base: lo + i as u64 * slice,
-                    size: slice,
-                    bucket_size: 2,
-                }
-            }
-        })
-        .collect()
-}
+#[path = "suite/replay_ranges.rs"]
+mod replay_ranges;
+use replay_ranges::replay_ranges as ranges;
 
 fn bench(c: &mut Criterion) {
     let rec = recording();

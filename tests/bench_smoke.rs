@@ -12,15 +12,7 @@ use harness::{Config, Group, Key, Sampler};
 
 /// The `deps/` directory this test runs from holds the `libntprofile.so` cargo built for it.
 fn lib_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("NTPROFILE_LIB_DIR") {
-        return PathBuf::from(d);
-    }
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe.parent().expect("directory").to_path_buf();
-    [deps.clone(), deps.parent().unwrap_or(&deps).to_path_buf()]
-        .into_iter()
-        .find(|d| d.join("libntprofile.so").is_file())
-        .expect("libntprofile.so next to the test binary")
+    harness::built_lib_dir().expect("libntprofile.so next to the test binary")
 }
 
 /// The `ntprof` binary of the same build, when the workspace built it (`cargo test` at the root does).

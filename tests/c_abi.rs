@@ -7,18 +7,23 @@
 //! `cdylib` is written as `deps/libntprofile.so` next to this test binary (`target/<profile>/deps/`, or
 //! `target/<triple>/<profile>/deps/` with `--target`). It is found from `std::env::current_exe()` whatever
 //! `CARGO_TARGET_DIR` and the profile are, and it is the one built by the same `cargo test` run. (The copy in
-//! `target/<profile>/` exists only after a `cargo build`; see [`lib_dir`].) `NTPROFILE_LIB_DIR` overrides.
+//! `target/<profile>/` exists only after a `cargo build`; see `common/cbuild.rs`.) `NTPROFILE_LIB_DIR` overrides.
 //!
 //! Needs `gcc`, `g++` and `nm` (binutils). Build outputs go to a temporary directory, never into the repository.
 
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use ntprofile::{NtStatus, ProfileSource};
+
+#[path = "common/cbuild.rs"]
+mod cbuild;
+mod common;
+use cbuild::{Scratch, repo, run_tool};
 
 /// The C programs sample this machine's CPUs: run one at a time, so that they do not disturb each other's
 /// accuracy figures.
@@ -26,10 +31,6 @@ static RUN_SERIAL: Mutex<()> = Mutex::new(());
 
 /// How long a C program may run before it is killed and the test fails.
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
 
 fn include_dir() -> PathBuf {
     repo().join("include")
@@ -39,79 +40,9 @@ fn header() -> PathBuf {
     include_dir().join("ntprofile.h")
 }
 
-/// The directory holding `libntprofile.so`: `NTPROFILE_LIB_DIR`, else the `deps/` folder this test binary runs
-/// from, else its parent (the profile directory).
-///
-/// For an integration test cargo compiles the library with all its crate types, so `deps/libntprofile.so` is
-/// written by the same `cargo test` run (a cdylib's file name carries no hash). Cargo copies it up to
-/// `target/<profile>/` only when the library itself is a requested target (`cargo build`), so on a clean
-/// `cargo test` the profile directory has no `libntprofile.so`; and when it has one, the copy in `deps/` is the
-/// newer or the same.
+/// The directory holding the `libntprofile.so` of this build (see the module's notes).
 fn lib_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("NTPROFILE_LIB_DIR") {
-        return PathBuf::from(dir);
-    }
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe.parent().expect("the test binary has a directory");
-    let candidates: Vec<&Path> = [Some(deps), deps.parent()].into_iter().flatten().collect();
-    candidates
-        .iter()
-        .find(|dir| dir.join("libntprofile.so").is_file())
-        .map(|dir| dir.to_path_buf())
-        .unwrap_or_else(|| {
-            panic!(
-                "libntprofile.so is in none of {candidates:?}: cargo should have built the cdylib for this \
-                 test (set NTPROFILE_LIB_DIR to the directory holding libntprofile.so to override)"
-            )
-        })
-}
-
-/// A scratch directory for build outputs, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let dir =
-            std::env::temp_dir().join(format!("ntprofile-c_abi-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create scratch directory");
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn show(cmd: &Command) -> String {
-    let mut s = cmd.get_program().to_string_lossy().into_owned();
-    for a in cmd.get_args() {
-        s.push(' ');
-        s.push_str(&a.to_string_lossy());
-    }
-    s
-}
-
-/// Run a tool to completion; panic with its output when it cannot start or fails.
-fn run_tool(cmd: &mut Command) -> Output {
-    let line = show(cmd);
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run `{line}`: {e} (is it installed?)"));
-    assert!(
-        out.status.success(),
-        "`{line}` failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    cbuild::lib_dir(&["libntprofile.so"])
 }
 
 /// The strict flags every compile here uses.
@@ -578,7 +509,7 @@ fn build_program(scratch: &Scratch, name: &str) -> PathBuf {
             .expect("symlink the SONAME to libntprofile.so");
     }
     let mut rpath = std::ffi::OsString::from("-Wl,-rpath,");
-    rpath.push(&scratch.0);
+    rpath.push(scratch.dir());
     run_tool(
         Command::new("gcc")
             .args(["-O2", "-std=c11"])
@@ -725,24 +656,7 @@ fn find_function_c() {
     let (ok, out) = run_program(&exe);
     assert!(ok, "ffi/find_function.c failed:\n{out}");
     // The figures themselves, checked here too (not only by the program's own exit status).
-    let numbers = |prefix: &str| -> Vec<u64> {
-        let line = out
-            .lines()
-            .find(|l| l.starts_with(prefix))
-            .unwrap_or_else(|| panic!("no `{prefix}` line:\n{out}"));
-        line.split(|c: char| !c.is_ascii_digit())
-            .filter_map(|w| w.parse().ok())
-            .collect()
-    };
-    // "function: example_target C counted in its own profile (O outside it); in the program's code I in
-    // example_target's buckets, E elsewhere"
-    let f = numbers("function:");
-    let (inside, elsewhere) = (f[f.len() - 2], f[f.len() - 1]);
-    assert!(inside > 1000 && elsewhere * 50 <= inside, "{f:?}");
-    // "library: PATH [BASE, +SIZE) C counted in libm, O outside it"
-    let l = numbers("library:");
-    let (counted, outside) = (l[l.len() - 2], l[l.len() - 1]);
-    assert!(counted > 1000 && counted >= 2 * outside, "{l:?}");
+    common::check_find_function_figures(&out);
 }
 
 /// `ffi/readme.c`, the README's C example, builds without a warning and counts samples in the function it found.

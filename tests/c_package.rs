@@ -13,77 +13,19 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+#[path = "common/cbuild.rs"]
+mod cbuild;
+use cbuild::{Scratch, lib_dir, repo, run_tool, show};
 
 /// The directory holding the `libntprofile.so` and `libntprofile.a` of this build.
 fn artifacts() -> PathBuf {
-    if let Some(dir) = std::env::var_os("NTPROFILE_LIB_DIR") {
-        return PathBuf::from(dir);
-    }
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe.parent().expect("the test binary has a directory");
-    let candidates: Vec<&Path> = [Some(deps), deps.parent()].into_iter().flatten().collect();
-    candidates
-        .iter()
-        .find(|d| d.join("libntprofile.so").is_file() && d.join("libntprofile.a").is_file())
-        .map(|d| d.to_path_buf())
-        .unwrap_or_else(|| {
-            panic!(
-                "libntprofile.so and libntprofile.a are in none of {candidates:?}: cargo should have built the \
-                 cdylib and the staticlib for this test (set NTPROFILE_LIB_DIR to override)"
-            )
-        })
+    lib_dir(&["libntprofile.so", "libntprofile.a"])
 }
 
-/// A scratch directory, removed when dropped.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Scratch {
-        let dir =
-            std::env::temp_dir().join(format!("ntprofile-c_package-{}-{tag}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("create scratch directory");
-        Scratch(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn show(cmd: &Command) -> String {
-    let mut s = cmd.get_program().to_string_lossy().into_owned();
-    for a in cmd.get_args() {
-        s.push(' ');
-        s.push_str(&a.to_string_lossy());
-    }
-    s
-}
-
-/// Run a tool to completion; panic with its output when it cannot start or fails.
+/// Run a tool to completion, echoing its command line; panic with its output when it cannot start or fails.
 fn run(cmd: &mut Command) -> Output {
-    let line = show(cmd);
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run `{line}`: {e} (is it installed?)"));
-    println!("$ {line}");
-    assert!(
-        out.status.success(),
-        "`{line}` failed ({}):\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    println!("$ {}", show(cmd));
+    run_tool(cmd)
 }
 
 fn stdout(out: &Output) -> String {

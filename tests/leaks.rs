@@ -5,8 +5,8 @@
 //! One test function only: the snapshots are of the whole process, so nothing else may run beside it.
 
 mod common;
+use common::snapshot;
 
-use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
 
@@ -17,36 +17,6 @@ const CYCLES: usize = 1000;
 
 /// `NtCurrentProcess()`.
 const CURRENT_PROCESS: *mut c_void = usize::MAX as *mut c_void;
-
-/// What a leak would change.
-#[derive(Debug, PartialEq, Eq)]
-struct Snapshot {
-    /// Open descriptors and what they are (`readlink /proc/self/fd/N`). The descriptor of the listing itself is
-    /// in every snapshot alike (same lowest free number, same target).
-    fds: BTreeMap<i32, String>,
-    /// Threads (`/proc/self/task`).
-    threads: usize,
-    /// Memory mappings (`/proc/self/maps` lines).
-    maps: usize,
-}
-
-fn snapshot() -> Snapshot {
-    let mut fds = BTreeMap::new();
-    for entry in std::fs::read_dir("/proc/self/fd").unwrap() {
-        let entry = entry.unwrap();
-        let fd: i32 = entry.file_name().to_str().unwrap().parse().unwrap();
-        // A descriptor may vanish between the listing and the readlink (the listing's own, once closed).
-        if let Ok(target) = std::fs::read_link(entry.path()) {
-            fds.insert(fd, target.to_string_lossy().into_owned());
-        }
-    }
-    let threads = std::fs::read_dir("/proc/self/task").unwrap().count();
-    let maps = std::fs::read_to_string("/proc/self/maps")
-        .unwrap()
-        .lines()
-        .count();
-    Snapshot { fds, threads, maps }
-}
 
 // The hot function, alone in its own section: the profiled range is the section, exactly.
 hot_in_section!(hot, range, "ntp_leak_hot", 0x61);

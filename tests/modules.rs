@@ -257,20 +257,7 @@ fn find_function_example() {
     let text = String::from_utf8_lossy(&out.stdout);
     println!("{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the example failed: {:?}", out.status);
-    let numbers = |prefix: &str| -> Vec<u64> {
-        text.lines()
-            .find(|l| l.starts_with(prefix))
-            .unwrap_or_else(|| panic!("no `{prefix}` line"))
-            .split(|c: char| !c.is_ascii_digit())
-            .filter_map(|w| w.parse().ok())
-            .collect()
-    };
-    let f = numbers("function:");
-    let (inside, elsewhere) = (f[f.len() - 2], f[f.len() - 1]);
-    assert!(inside > 1000 && elsewhere * 50 <= inside, "{f:?}");
-    let l = numbers("library:");
-    let (counted, outside) = (l[l.len() - 2], l[l.len() - 1]);
-    assert!(counted > 1000 && counted >= 2 * outside, "{l:?}");
+    common::check_find_function_figures(&text);
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ use ntprofile::{
 };
 
 mod common;
+use common::unprivileged_command;
 
 /// The environment variable naming a helper mode of this binary.
 const HELPER_ENV: &str = "NTPROFILE_REACH_HELPER";
@@ -372,24 +373,12 @@ fn helper_unprivileged() {
     report("own_exited", process.has_exited());
 }
 
-fn run_helper(mut command: Command) -> HashMap<String, String> {
-    let out = command.output().expect("run the helper process");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "helper failed ({:?}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-        out.status
-    );
+fn run_helper(command: Command) -> HashMap<String, String> {
+    let (stdout, _, results) = common::run_helper_process(command);
     for line in stdout.lines().filter(|l| l.starts_with("detail:")) {
         note(line);
     }
-    stdout
-        .lines()
-        .filter_map(|l| l.split_once("RESULT ").map(|(_, r)| r))
-        .filter_map(|l| l.split_once(' '))
-        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-        .collect()
+    results
 }
 
 fn status_in(r: &HashMap<String, String>, key: &str) -> NtStatus {
@@ -684,20 +673,7 @@ fn unprivileged_rust_api_gets_the_c_api_statuses() {
     std::fs::copy(std::env::current_exe().expect("current_exe"), &helper).expect("copy");
     std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let as_root = nix::unistd::geteuid().is_root();
-    let mut command = if as_root {
-        let mut c = Command::new("setpriv");
-        c.args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-        ])
-        .arg(&helper);
-        c
-    } else {
-        Command::new(&helper)
-    };
+    let mut command = unprivileged_command(&helper);
     command
         .args(HELPER_ARGS)
         .current_dir(&scratch.0)

@@ -950,35 +950,10 @@ pub const REPLAY_CASES: [(usize, bool); 5] = [
     (1000, false),
 ];
 
-/// `n` profiles over the span of `ips`: all of it each (overlapping), or `n` consecutive slices (disjoint).
-pub fn replay_ranges(
-    ips: &[u64],
-    n: usize,
-    overlapping: bool,
-) -> Vec<ntprofile::engine::replay::Range> {
-    use ntprofile::engine::replay::Range;
-    let lo = ips.iter().copied().min().unwrap_or(0) & !0xF;
-    let hi = (ips.iter().copied().max().unwrap_or(0) + 16) & !0xF;
-    let span = (hi - lo).max(16 * n as u64);
-    (0..n)
-        .map(|i| {
-            if overlapping {
-                Range {
-                    base: lo,
-                    size: span,
-                    bucket_size: 2,
-                }
-            } else {
-                let slice = span.div_ceil(n as u64).next_multiple_of(4);
-                Range {
-                    base: lo + i as u64 * slice,
-                    size: slice,
-                    bucket_size: 2,
-                }
-            }
-        })
-        .collect()
-}
+/// The replay's profile ranges (shared with `benches/replay.rs`).
+#[path = "replay_ranges.rs"]
+mod replay_ranges;
+pub use replay_ranges::replay_ranges;
 
 #[inline(never)]
 fn replay_spin(n: u64) -> u64 {
@@ -1357,3 +1332,17 @@ const LIMITS: &str = "
   ntprofile's whole job is the profiled threads' cost plus the consumer's; `ntprof record` adds symbolization
   once per run.
 ";
+
+/// The directory holding the `libntprofile.so` of this build: `NTPROFILE_LIB_DIR`, else the `deps/` folder the
+/// running binary is in (cargo builds every crate type of the library for a bench or an integration test), else
+/// its parent. `None` when neither holds it.
+pub fn built_lib_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("NTPROFILE_LIB_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let deps = exe.parent().expect("directory").to_path_buf();
+    [deps.clone(), deps.parent().unwrap_or(&deps).to_path_buf()]
+        .into_iter()
+        .find(|d| d.join("libntprofile.so").is_file())
+}

@@ -23,15 +23,10 @@ fn repo() -> PathBuf {
 /// Where `libntprofile.so` is: `NTPROFILE_LIB_DIR`, else the `deps/` folder this binary runs from (cargo
 /// builds every crate type of the library for a bench), else its parent.
 fn lib_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("NTPROFILE_LIB_DIR") {
-        return PathBuf::from(d);
-    }
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe.parent().expect("directory").to_path_buf();
-    [deps.clone(), deps.parent().unwrap_or(&deps).to_path_buf()]
-        .into_iter()
-        .find(|d| d.join("libntprofile.so").is_file())
-        .unwrap_or(deps)
+    harness::built_lib_dir().unwrap_or_else(|| {
+        let exe = std::env::current_exe().expect("current_exe");
+        exe.parent().expect("directory").to_path_buf()
+    })
 }
 
 /// The `ntprof` binary next to this one's profile directory, if it has a `record` command.

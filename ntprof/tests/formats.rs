@@ -18,6 +18,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
+
+mod common;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -79,21 +81,8 @@ fn split() -> &'static Path {
     static P: OnceLock<PathBuf> = OnceLock::new();
     P.get_or_init(|| {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/formats");
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("ntprof-formats-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let gcc = |args: &[&str]| {
-            let out = Command::new("gcc")
-                .args(args)
-                .current_dir(&dir)
-                .output()
-                .expect("run gcc");
-            assert!(
-                out.status.success(),
-                "gcc {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        };
+        let dir = common::build_dir("formats");
+        let gcc = |args: &[&str]| common::gcc(args, &dir);
         let s = |f: &str| src.join(f).to_str().unwrap().to_string();
         gcc(&[
             "-O1",

@@ -14,6 +14,9 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use serde_json::Value;
 
+mod common;
+use common::gcc;
+
 const NTPROF: &str = env!("CARGO_BIN_EXE_ntprof");
 
 /// The C programs of `tests/c`, built once per test binary.
@@ -25,19 +28,6 @@ impl Programs {
     fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
-}
-
-fn gcc(args: &[&str], cwd: &Path) {
-    let out = Command::new("gcc")
-        .args(args)
-        .current_dir(cwd)
-        .output()
-        .expect("run gcc");
-    assert!(
-        out.status.success(),
-        "gcc {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 fn run_tool(tool: &str, args: &[&str]) {
@@ -52,9 +42,7 @@ fn programs() -> &'static Programs {
     static P: OnceLock<Programs> = OnceLock::new();
     P.get_or_init(|| {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c");
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("ntprof-record-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = common::build_dir("record");
         let d = dir.to_str().unwrap();
         let s = |f: &str| src.join(f).to_str().unwrap().to_string();
         gcc(
@@ -260,27 +248,40 @@ fn module<'a>(s: &'a Value, name: &str) -> &'a Value {
 /// Counted + outside + lost adds up: the modules' samples are the counted ones.
 fn check_accounting(s: &Value) {
     let st = &s["stats"];
-    let modules: u64 = s["modules"]
-        .as_array()
-        .unwrap()
+    let samples = |list: &str| -> u64 {
+        s[list]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| u(&e["samples"]))
+            .sum()
+    };
+    assert_eq!(
+        samples("modules"),
+        u(&st["counted"]),
+        "modules vs counted: {st}"
+    );
+    assert_eq!(
+        samples("functions"),
+        u(&st["counted"]),
+        "functions vs counted"
+    );
+    assert_eq!(samples("buckets"), u(&st["counted"]), "buckets vs counted");
+}
+
+/// The split program's source `s`: its accounting adds up, `exe_hot` and `lib_hot` are the two hottest
+/// functions and they share the samples 60 / 40 within 3 σ (`what` names the comparison). Returns the functions.
+fn check_split<'a>(s: &'a Value, what: &str) -> &'a Vec<Value> {
+    check_accounting(s);
+    let f = s["functions"].as_array().unwrap();
+    let top: Vec<&str> = f
         .iter()
-        .map(|m| u(&m["samples"]))
-        .sum();
-    assert_eq!(modules, u(&st["counted"]), "modules vs counted: {st}");
-    let functions: u64 = s["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| u(&f["samples"]))
-        .sum();
-    assert_eq!(functions, u(&st["counted"]), "functions vs counted");
-    let buckets: u64 = s["buckets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| u(&b["samples"]))
-        .sum();
-    assert_eq!(buckets, u(&st["counted"]), "buckets vs counted");
+        .take(2)
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(top, ["exe_hot", "lib_hot"], "the two hot functions on top");
+    within_3_sigma(u(&f[0]["samples"]), u(&f[1]["samples"]), 0.6, what);
+    f
 }
 
 /// `a` of `a + b` is within 3 σ of `p` (binomial).
@@ -320,22 +321,9 @@ fn split_60_40_named_with_lines() {
     let p = programs();
     let r = record_split(&p.dir);
     let s = source(&r, "Timer");
-    check_accounting(s);
-    let f = s["functions"].as_array().unwrap();
-    let top: Vec<&str> = f
-        .iter()
-        .take(2)
-        .map(|f| f["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(top, ["exe_hot", "lib_hot"], "the two hot functions on top");
+    let f = check_split(s, "exe_hot vs lib_hot");
     assert_eq!(f[0]["module"], "split");
     assert_eq!(f[1]["module"], "libsplit.so");
-    within_3_sigma(
-        u(&f[0]["samples"]),
-        u(&f[1]["samples"]),
-        0.6,
-        "exe_hot vs lib_hot",
-    );
     // The hottest lines: the loop's line in split.h (inlined into both), with its text.
     let lines = s["lines"].as_array().unwrap();
     for l in lines.iter().take(2) {
@@ -372,20 +360,7 @@ fn split_without_debug_info_uses_the_symbol_table() {
     let p = programs();
     let r = record_split(&p.dir.join("nodebug"));
     let s = source(&r, "Timer");
-    check_accounting(s);
-    let f = s["functions"].as_array().unwrap();
-    let top: Vec<&str> = f
-        .iter()
-        .take(2)
-        .map(|f| f["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(top, ["exe_hot", "lib_hot"]);
-    within_3_sigma(
-        u(&f[0]["samples"]),
-        u(&f[1]["samples"]),
-        0.6,
-        "exe_hot vs lib_hot (no debug info)",
-    );
+    check_split(s, "exe_hot vs lib_hot (no debug info)");
     assert!(
         s["lines"]
             .as_array()
@@ -513,20 +488,7 @@ fn attach_reports_the_same_functions() {
     let d = r["run"]["duration_s"].as_f64().unwrap();
     assert!((1.9..4.0).contains(&d), "duration {d}");
     let s = source(&r, "Timer");
-    check_accounting(s);
-    let f = s["functions"].as_array().unwrap();
-    let top: Vec<&str> = f
-        .iter()
-        .take(2)
-        .map(|f| f["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(top, ["exe_hot", "lib_hot"]);
-    within_3_sigma(
-        u(&f[0]["samples"]),
-        u(&f[1]["samples"]),
-        0.6,
-        "attach: exe_hot vs lib_hot",
-    );
+    check_split(s, "attach: exe_hot vs lib_hot");
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Helpers shared by the integration tests (each test file is a crate of its own and says `mod common;`; the
 //! tests in folders say `#[path = "../common/mod.rs"] mod common;`).
+//! The helpers for building C programs are in `cbuild.rs`, included only by the tests that need them.
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
@@ -73,4 +74,106 @@ pub fn clock_ns(clock: libc::clockid_t) -> u64 {
     let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
     assert_eq!(rc, 0, "clock_gettime");
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// What a leak would change: the process's open descriptors (and what they are), threads and memory mappings.
+#[allow(dead_code)] // only the leak and hardening tests take snapshots
+#[derive(Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Open descriptors and what they are (`readlink /proc/self/fd/N`). The descriptor of the listing itself is
+    /// in every snapshot alike (same lowest free number, same target).
+    pub fds: std::collections::BTreeMap<i32, String>,
+    /// Threads (`/proc/self/task`).
+    pub threads: usize,
+    /// Memory mappings (`/proc/self/maps` lines).
+    pub maps: usize,
+}
+
+/// The process now, as a [`Snapshot`].
+#[allow(dead_code)] // only the leak and hardening tests take snapshots
+pub fn snapshot() -> Snapshot {
+    let mut fds = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir("/proc/self/fd").unwrap() {
+        let entry = entry.unwrap();
+        let fd: i32 = entry.file_name().to_str().unwrap().parse().unwrap();
+        // A descriptor may vanish between the listing and the readlink (the listing's own, once closed).
+        if let Ok(target) = std::fs::read_link(entry.path()) {
+            fds.insert(fd, target.to_string_lossy().into_owned());
+        }
+    }
+    let threads = std::fs::read_dir("/proc/self/task").unwrap().count();
+    let maps = std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .count();
+    Snapshot { fds, threads, maps }
+}
+
+/// A command running `program` without privilege: as root, through `setpriv` to uid/gid 65534 (nobody) with no
+/// supplementary group and no capability (inheritable or in the bounding set); otherwise the program directly
+/// (the caller is already unprivileged).
+#[allow(dead_code)] // only the tests of privilege denial drop privilege
+pub fn unprivileged_command(program: &std::path::Path) -> std::process::Command {
+    if nix::unistd::geteuid().is_root() {
+        let mut c = std::process::Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+        ])
+        .arg(program);
+        c
+    } else {
+        std::process::Command::new(program)
+    }
+}
+
+/// Check the figures the find-function examples print (`ffi/find_function.c` and `examples/find_function.rs` print
+/// the same two lines):
+/// "function: example_target C counted in its own profile (O outside it); in the program's code I in
+/// example_target's buckets, E elsewhere" — the program's samples land in the function's buckets;
+/// "library: PATH [BASE, +SIZE) C counted in libm, O outside it" — and the library's in libm.
+#[allow(dead_code)] // only the tests of the find-function examples
+pub fn check_find_function_figures(out: &str) {
+    let numbers = |prefix: &str| -> Vec<u64> {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no `{prefix}` line:\n{out}"));
+        line.split(|c: char| !c.is_ascii_digit())
+            .filter_map(|w| w.parse().ok())
+            .collect()
+    };
+    let f = numbers("function:");
+    let (inside, elsewhere) = (f[f.len() - 2], f[f.len() - 1]);
+    assert!(inside > 1000 && elsewhere * 50 <= inside, "{f:?}");
+    let l = numbers("library:");
+    let (counted, outside) = (l[l.len() - 2], l[l.len() - 1]);
+    assert!(counted > 1000 && counted >= 2 * outside, "{l:?}");
+}
+
+/// Run a helper process (this test binary run again for one ignored test) to its end; panic with its output unless
+/// it succeeded. Returns its stdout, its stderr and the `key value` pairs of its `RESULT key value` lines (libtest
+/// may print "test helper_process ... " just before the first result, on the same line).
+#[allow(dead_code)] // only the tests that start helper processes
+pub fn run_helper_process(
+    mut command: std::process::Command,
+) -> (String, String, std::collections::HashMap<String, String>) {
+    let out = command.output().expect("run the helper process");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "helper failed ({:?}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
+        out.status
+    );
+    let results = stdout
+        .lines()
+        .filter_map(|l| l.split_once("RESULT ").map(|(_, r)| r))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect();
+    (stdout, stderr, results)
 }

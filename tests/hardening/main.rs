@@ -86,31 +86,5 @@ pub fn is_isolated_child(name: &str) -> bool {
     std::env::var(ISOLATED).as_deref() == Ok(name)
 }
 
-/// What a leak would change: open descriptors (and what they are), threads, memory mappings.
-#[derive(Debug, PartialEq, Eq)]
-pub struct Snapshot {
-    /// `readlink /proc/self/fd/N` for every descriptor.
-    pub fds: std::collections::BTreeMap<i32, String>,
-    /// Threads (`/proc/self/task`).
-    pub threads: usize,
-    /// Memory mappings (`/proc/self/maps` lines).
-    pub maps: usize,
-}
-
-/// The process now (the listing's own descriptor is in every snapshot alike).
-pub fn snapshot() -> Snapshot {
-    let mut fds = std::collections::BTreeMap::new();
-    for entry in std::fs::read_dir("/proc/self/fd").unwrap() {
-        let entry = entry.unwrap();
-        let fd: i32 = entry.file_name().to_str().unwrap().parse().unwrap();
-        if let Ok(target) = std::fs::read_link(entry.path()) {
-            fds.insert(fd, target.to_string_lossy().into_owned());
-        }
-    }
-    let threads = std::fs::read_dir("/proc/self/task").unwrap().count();
-    let maps = std::fs::read_to_string("/proc/self/maps")
-        .unwrap()
-        .lines()
-        .count();
-    Snapshot { fds, threads, maps }
-}
+/// Snapshots of the process for leak checks, shared with the other leak tests.
+pub use common::{Snapshot, snapshot};

@@ -19,6 +19,13 @@ fn range() -> (usize, usize) {
     (range as *const () as usize & !0xFFF, 0x1000)
 }
 
+/// Lower the soft descriptor limit of this (isolated) process to `soft`, keeping the hard limit.
+fn set_soft_nofile(soft: u64) {
+    let (_, hard) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+    set_nofile(soft, hard);
+}
+
 /// `NtCreateProfile` of this process over [`range`] into `buffer` (256 counters).
 fn create(handle: &mut *mut c_void, process: *mut c_void, buffer: &mut [u32]) -> NtStatus {
     let (base, size) = range();
@@ -102,9 +109,7 @@ fn exhausted_descriptors_never_mark_a_source_unsupported() {
     isolated(
         "regressions::exhausted_descriptors_never_mark_a_source_unsupported",
         || {
-            let (_, hard) =
-                nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
-            set_nofile(64, hard);
+            set_soft_nofile(64);
             let mut buffer = vec![0u32; 256];
             let mut handle: *mut c_void = std::ptr::null_mut();
             let held = exhaust_descriptors();
@@ -148,9 +153,7 @@ fn exhausted_descriptors_never_blame_the_buffer() {
     isolated(
         "regressions::exhausted_descriptors_never_blame_the_buffer",
         || {
-            let (_, hard) =
-                nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
-            set_nofile(64, hard);
+            set_soft_nofile(64);
             let mut buffer = vec![0u32; 256];
             let mut started: *mut c_void = std::ptr::null_mut();
             // The source is probed (and cached as supported) while descriptors are free.
@@ -237,9 +240,7 @@ fn thread_listing_without_descriptors_is_a_shortage() {
     isolated(
         "regressions::thread_listing_without_descriptors_is_a_shortage",
         || {
-            let (_, hard) =
-                nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
-            set_nofile(64, hard);
+            set_soft_nofile(64);
             let held = exhaust_descriptors();
             let r = ntprofile::target::Target::CurrentProcess.threads();
             drop(held);
@@ -308,9 +309,7 @@ fn exhausted_descriptors_never_deny_a_privilege_held() {
                 println!("skipped: the caller has no system-profile privilege to lose");
                 return;
             }
-            let (_, hard) =
-                nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
-            set_nofile(64, hard);
+            set_soft_nofile(64);
             let mut buffer = vec![0u32; 256];
             let mut handle: *mut c_void = std::ptr::null_mut();
             // Probe and cache the source first; the buffer check needs /proc/self/maps, so only the privilege

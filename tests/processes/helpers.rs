@@ -16,22 +16,8 @@ pub(crate) const HELPER_ARGS: [&str; 5] = [
 ];
 
 /// Run a helper command; its `RESULT key value` lines.
-pub(crate) fn run_helper(mut command: Command) -> HashMap<String, String> {
-    let out = command.output().expect("run the helper process");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "helper failed ({:?}):\n--- stdout\n{stdout}\n--- stderr\n{stderr}",
-        out.status
-    );
-    let results: HashMap<String, String> = stdout
-        .lines()
-        // libtest may print "test helper_process ... " just before the first result, on the same line.
-        .filter_map(|l| l.split_once("RESULT ").map(|(_, r)| r))
-        .filter_map(|l| l.split_once(' '))
-        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
-        .collect();
+pub(crate) fn run_helper(command: Command) -> HashMap<String, String> {
+    let (stdout, stderr, results) = crate::common::run_helper_process(command);
     assert!(
         !results.is_empty(),
         "the helper reported nothing (did it run?):\n{stdout}\n{stderr}"

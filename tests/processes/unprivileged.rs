@@ -1,6 +1,7 @@
 //! 2. An unprivileged caller.
 
 use super::*;
+use crate::common::unprivileged_command;
 
 // ---------------------------------------------------------------------------------------------------------
 // 2. An unprivileged caller.
@@ -32,21 +33,9 @@ fn unprivileged_caller_gets_the_nt_denials_and_profiles_its_own_child() {
     let root_target = Target::spawn(&spin, &["run", "a", "0"]);
 
     let as_root = nix::unistd::geteuid().is_root();
-    let mut command = if as_root {
-        let mut c = Command::new("setpriv");
-        c.args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-        ])
-        .arg(&helper);
-        c
-    } else {
-        // Already unprivileged (the helper checks that it holds no capability).
-        Command::new(&helper)
-    };
+    // As root, drop privilege through setpriv; already unprivileged, run the helper as it is (it checks that it
+    // holds no capability).
+    let mut command = unprivileged_command(&helper);
     command
         .args(HELPER_ARGS)
         .current_dir(&dir.path)
