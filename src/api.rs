@@ -631,8 +631,14 @@ impl Process {
     /// exited process, never a newer one that got its pid.
     ///
     /// ```
-    /// let mut child = std::process::Command::new("true").spawn().unwrap();
+    /// // `cat` runs until its input closes: the process is surely alive while it is opened.
+    /// let mut child = std::process::Command::new("cat")
+    ///     .stdin(std::process::Stdio::piped())
+    ///     .spawn()
+    ///     .unwrap();
     /// let process = ntprofile::Process::open(child.id())?;
+    /// assert!(!process.has_exited());
+    /// drop(child.stdin.take()); // end of input: cat exits
     /// child.wait().unwrap();
     /// assert!(process.has_exited());
     /// # Ok::<(), ntprofile::Error>(())
