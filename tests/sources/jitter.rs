@@ -49,6 +49,30 @@ fn over_dispersed_z(r: &PeriodicRun) -> f64 {
     r.z / r.dispersion.max(1.0).sqrt()
 }
 
+/// A jittered run is fair: not phase-locked, and A's share within 3 standard deviations of the truth.
+///
+/// Within a jitter window the period is fixed, so samples there are not independent: the windows' chi-square
+/// (the dispersion, about 2 with 50 % jitter) measures how much more the share varies than a binomial one.
+/// The share is tested against that measured variance, and the dispersion itself must stay below the
+/// phase-locked level, so the correction can never hide aliasing.
+fn assert_jittered_share_is_fair(r: &PeriodicRun, label: &str) {
+    assert!(
+        r.dispersion <= LOCKED_DISPERSION,
+        "{label}with jitter the samples are still phase-locked (dispersion {:.2})",
+        r.dispersion
+    );
+    assert!(
+        over_dispersed_z(r).abs() <= 3.0,
+        "{label}with jitter A's share {:.3} must match the truth {:.3} (z {:.2}, {:.2} for the measured \
+         dispersion {:.2})",
+        r.share,
+        r.truth,
+        r.z,
+        over_dispersed_z(r),
+        r.dispersion
+    );
+}
+
 /// Chi-square per window of the windows' (a, n) counts against a binomial with the pooled share.
 fn dispersion(windows: &[(u64, u64)]) -> f64 {
     let (sa, sn) = windows
@@ -300,24 +324,7 @@ fn fixed_period_aliases_and_jitter_cures_it() {
         r.on_cpu * 100.0,
         r.realtime
     );
-    // Within a jitter window the period is fixed, so samples there are not independent: the windows' chi-square
-    // (the dispersion, about 2 with 50 % jitter) measures how much more the share varies than a binomial one.
-    // The share is tested against that measured variance, and the dispersion itself must stay below the
-    // phase-locked level, so the correction can never hide aliasing.
-    assert!(
-        r.dispersion <= LOCKED_DISPERSION,
-        "with jitter the samples are still phase-locked (dispersion {:.2})",
-        r.dispersion
-    );
-    assert!(
-        over_dispersed_z(&r).abs() <= 3.0,
-        "with jitter A's share {:.3} must match the truth {:.3} (z {:.2}, {:.2} for the measured dispersion {:.2})",
-        r.share,
-        r.truth,
-        r.z,
-        over_dispersed_z(&r),
-        r.dispersion
-    );
+    assert_jittered_share_is_fair(&r, "");
     assert!(
         (212.5..=287.5).contains(&r.rate),
         "the jittered mean rate {:.1} per CPU-second must stay within 15 % of 250",
@@ -331,21 +338,7 @@ fn fixed_period_aliases_and_jitter_cures_it() {
          samples per CPU-s, dispersion {:.2}",
         r.a, r.b, r.share, r.truth, r.z, r.rate, r.dispersion
     );
-    assert!(
-        r.dispersion <= LOCKED_DISPERSION,
-        "late thread: with jitter the samples are still phase-locked (dispersion {:.2})",
-        r.dispersion
-    );
-    assert!(
-        over_dispersed_z(&r).abs() <= 3.0,
-        "late thread: with jitter A's share {:.3} must match the truth {:.3} (z {:.2}, {:.2} for the measured \
-         dispersion {:.2})",
-        r.share,
-        r.truth,
-        r.z,
-        over_dispersed_z(&r),
-        r.dispersion
-    );
+    assert_jittered_share_is_fair(&r, "late thread: ");
     assert!(
         (212.5..=287.5).contains(&r.rate),
         "late thread: the jittered mean rate {:.1} per CPU-second must stay within 15 % of 250",
