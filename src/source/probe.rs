@@ -1,0 +1,123 @@
+//! Whether a source can be sampled here: a probe of its event (opened disabled on the calling thread and closed
+//! at once), cached unless the failure was a passing shortage, and the status a create gets for the answer.
+
+use nix::errno::Errno;
+
+use super::ProfileSource;
+use super::interval::TABLE_SIZE;
+use crate::status::NtStatus;
+
+/// Why a source is or is not supported on this machine.
+///
+/// ```
+/// use ntprofile::{NtStatus, ProfileSource, Support};
+///
+/// // Linux has no generic event for load instructions: never supported.
+/// assert_eq!(ProfileSource::LoadInstructions.support(), Support::NoPerfEvent);
+/// assert_eq!(Support::NoPerfEvent.status(), NtStatus::NOT_SUPPORTED);
+/// // The timer is a software event: supported wherever perf_event_open is allowed.
+/// let timer = ProfileSource::Time.support();
+/// println!("ProfileTime: {}", timer.reason());
+/// assert_eq!(timer.is_supported(), timer.status() == NtStatus::SUCCESS);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Support {
+    /// Its event opens here.
+    Supported,
+    /// Linux has no generic perf event for it.
+    NoPerfEvent,
+    /// Opening its event failed with this errno (ENOENT: no such event or PMU on this machine).
+    OpenFailed(Errno),
+}
+
+impl Support {
+    /// True when the source can be sampled.
+    pub fn is_supported(self) -> bool {
+        self == Support::Supported
+    }
+
+    /// A short human reason ("supported", "no PMU event (ENOENT)", ...).
+    pub fn reason(self) -> String {
+        match self {
+            Support::Supported => "supported".to_string(),
+            Support::NoPerfEvent => "no generic perf event for this source".to_string(),
+            Support::OpenFailed(errno) => {
+                let what = match errno {
+                    Errno::ENOENT => "the event does not exist on this machine (no PMU)",
+                    Errno::EOPNOTSUPP => "sampling not supported by this PMU",
+                    Errno::ENODEV => "no such device",
+                    Errno::EACCES | Errno::EPERM => "not permitted",
+                    _ => "perf_event_open failed",
+                };
+                format!(
+                    "{what} ({})",
+                    std::io::Error::from_raw_os_error(errno as i32)
+                )
+            }
+        }
+    }
+
+    /// True when the answer is a passing shortage (no free descriptor, no memory, an interrupted call), not a
+    /// property of the source or the machine: it is never cached, and the next call asks the kernel again.
+    pub fn is_transient(self) -> bool {
+        matches!(self, Support::OpenFailed(errno) if is_transient_errno(errno))
+    }
+
+    /// The status a create gets for this answer: `STATUS_SUCCESS` when supported,
+    /// `STATUS_INSUFFICIENT_RESOURCES` for a transient failure, `STATUS_NOT_SUPPORTED` otherwise.
+    pub fn status(self) -> NtStatus {
+        if self.is_supported() {
+            NtStatus::SUCCESS
+        } else if self.is_transient() {
+            NtStatus::INSUFFICIENT_RESOURCES
+        } else {
+            NtStatus::NOT_SUPPORTED
+        }
+    }
+}
+
+/// Errnos that describe a passing shortage of the process or the system, never the event asked for: EMFILE,
+/// ENFILE, ENOMEM, EAGAIN, EINTR, EBUSY (a PMU counter held by someone else for now).
+pub fn is_transient_errno(errno: Errno) -> bool {
+    matches!(
+        errno,
+        Errno::EMFILE | Errno::ENFILE | Errno::ENOMEM | Errno::EAGAIN | Errno::EINTR | Errno::EBUSY
+    )
+}
+
+static SUPPORT: [std::sync::OnceLock<Support>; TABLE_SIZE] =
+    [const { std::sync::OnceLock::new() }; TABLE_SIZE];
+
+impl ProfileSource {
+    /// Whether this source's event opens on this machine: probed (a sampling event on the calling thread,
+    /// opened disabled and closed at once), then cached — unless the probe failed for a passing reason
+    /// ([`Support::is_transient`]: no free descriptor, ...), which is answered but never cached.
+    pub fn support(self) -> Support {
+        let cell = &SUPPORT[self.table_index()];
+        if let Some(known) = cell.get() {
+            return *known;
+        }
+        let answer = match self.perf_event() {
+            None => Support::NoPerfEvent,
+            Some(spec) => {
+                let period = self.period_for(self.limits().default);
+                // An interrupted probe is simply asked again (a few times).
+                let mut result = crate::perf::event::probe(&spec, period);
+                for _ in 0..3 {
+                    if result != Err(Errno::EINTR) {
+                        break;
+                    }
+                    result = crate::perf::event::probe(&spec, period);
+                }
+                match result {
+                    Ok(()) => Support::Supported,
+                    Err(errno) => Support::OpenFailed(errno),
+                }
+            }
+        };
+        if answer.is_transient() {
+            return answer;
+        }
+        *cell.get_or_init(|| answer)
+    }
+}
