@@ -7,8 +7,9 @@
 //! - `stream`: streams and their opening (stable passes over the threads, ring mapping, period changes and
 //!   re-opening);
 //! - `threads`: the consumer and jitter thread lifecycles;
-//! - `consumer`: the consumer thread (ring draining, sample dispatch, the stop barrier's ack) and the request
-//!   link to it;
+//! - `consumer`: the consumer thread's loop (requests, the stop barrier's ack) and the request link to it;
+//! - `dispatch`: a stream's drain, the hot path (decode → match → increment, statistics);
+//! - `cadence`: how long the consumer sleeps between timed drains;
 //! - `jitter`: the jitter thread (period draws);
 //! - `counters`: what is counted into (`Counts`, counter storage, statistics);
 //! - `index`: the range index that finds the profiles a sample belongs to.
@@ -16,8 +17,10 @@
 //! API calls serialize on one mutex here (the control path); the consumer thread never takes it, and the
 //! jitter thread takes only the lock of the stream it works on.
 
+mod cadence;
 pub(crate) mod consumer;
 pub(crate) mod counters;
+mod dispatch;
 pub(crate) mod index;
 mod jitter;
 #[doc(hidden)]

@@ -10,8 +10,8 @@
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use super::consumer::ReplayStream;
 use super::counters::{CounterStorage, Counts, ProfileStats};
+use super::dispatch::ReplayStream;
 use crate::affinity::CpuSet;
 use crate::buckets::check_layout;
 use crate::perf::event::{self, EventParams};

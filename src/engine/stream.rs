@@ -12,8 +12,9 @@ use std::time::Instant;
 
 use nix::errno::Errno;
 
-use super::consumer::{ConsumerLink, CpuRing, Msg};
+use super::consumer::{ConsumerLink, Msg};
 use super::counters::StreamId;
+use super::dispatch::CpuRing;
 use crate::affinity::CpuSet;
 use crate::perf::event::{self, EventParams};
 use crate::perf::ring::{Ring, SampleLayout};

@@ -1,0 +1,179 @@
+//! Dispatch, the hot path: a stream's rings drained to empty, each sample matched through the range index to
+//! the started profiles it falls in and counted into their buckets, the statistics published. The consumer
+//! thread runs it on every pass, and the unstable replay entry point runs the same code on recorded rings.
+
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+use super::cadence::Fill;
+use super::counters::{CounterBuf, Counts, ProfileStats, StreamId};
+use super::index::RangeIndex;
+use crate::affinity::CpuSet;
+use crate::buckets::BucketLayout;
+use crate::perf::ring::{Record, Ring};
+
+/// One CPU's mapped ring of a stream, handed to the consumer, which reads and finally unmaps it.
+pub(crate) struct CpuRing {
+    pub cpu: usize,
+    pub ring: Ring,
+    /// The descriptor that owns the ring, for epoll (owned by the API side until `RemoveStream` is acked).
+    pub fd: RawFd,
+}
+
+/// A started profile as the consumer sees it.
+pub(super) struct Active {
+    pub(super) counts: Arc<Counts>,
+    layout: BucketLayout,
+    buf: CounterBuf,
+    cpus: CpuSet,
+    /// Not yet published to `counts.stats`: samples matched, samples seen on its CPUs, lost, throttled.
+    pending: ProfileStats,
+    seen: u64,
+}
+
+/// The consumer's side of a stream: its rings, and the started profiles its samples are dispatched to.
+pub(super) struct StreamDispatch {
+    pub(super) id: StreamId,
+    pub(super) rings: Vec<CpuRing>,
+    pub(super) active: Vec<Active>,
+    index: RangeIndex,
+    /// The started profiles changed since the index was built: rebuild it before matching the next sample.
+    stale: bool,
+    /// The fullest ring seen by the drains since the consumer last took it (`take_fill`).
+    pub(super) fill: Fill,
+}
+
+impl Active {
+    /// A profile started on `cpus`, counting into `counts`.
+    pub(super) fn new(counts: Arc<Counts>, cpus: CpuSet) -> Active {
+        let layout = counts.layout;
+        let buf = counts.storage.buf();
+        Active {
+            counts,
+            layout,
+            buf,
+            cpus,
+            pending: ProfileStats::default(),
+            seen: 0,
+        }
+    }
+}
+
+impl StreamDispatch {
+    /// A stream with no ring and no started profile yet.
+    pub(super) fn new(id: StreamId) -> StreamDispatch {
+        StreamDispatch {
+            id,
+            rings: Vec::new(),
+            active: Vec::new(),
+            index: RangeIndex::default(),
+            stale: false,
+            fill: Fill::default(),
+        }
+    }
+
+    /// The set of started profiles changed. The index is rebuilt lazily, before the next sample is matched:
+    /// a burst of starts or stops with no sample in between costs one rebuild, not one per call.
+    pub(super) fn rebuild_index(&mut self) {
+        self.stale = true;
+    }
+
+    /// Drain every ring of the stream to empty and publish the statistics; returns the records read. The hot
+    /// path.
+    pub(super) fn drain(&mut self) -> u64 {
+        if self.stale {
+            if !self.rings.iter().any(|r| r.ring.has_data()) {
+                // Nothing to match: keep the rebuild for later. Never drain with a stale index (its slots
+                // would not match `active`).
+                return 0;
+            }
+            let ranges: Vec<(u64, u64)> = self
+                .active
+                .iter()
+                .map(|a| (a.layout.base, a.layout.end()))
+                .collect();
+            self.index = RangeIndex::build(&ranges);
+            self.stale = false;
+        }
+        let StreamDispatch {
+            rings,
+            active,
+            index,
+            fill,
+            ..
+        } = self;
+        let mut records = 0;
+        for r in rings.iter_mut() {
+            let (bytes, ring_bytes) = r.ring.fill();
+            *fill = fill.max(Fill { bytes, ring_bytes });
+            let cpu = r.cpu;
+            let (mut samples, mut lost, mut throttled) = (0u64, 0u64, 0u64);
+            records += r.ring.drain(|rec| match rec {
+                Record::Sample { ip, .. } => {
+                    samples += 1;
+                    for &slot in index.lookup(ip) {
+                        let a = &mut active[slot as usize];
+                        if a.cpus.contains(cpu)
+                            && let Some(i) = a.layout.index(ip)
+                        {
+                            a.buf.increment(i);
+                            a.pending.counted += 1;
+                        }
+                    }
+                }
+                Record::Lost(n) => lost += n,
+                Record::Throttle => throttled += 1,
+                Record::Unthrottle | Record::Other => {}
+            });
+            if samples | lost | throttled != 0 {
+                for a in active.iter_mut().filter(|a| a.cpus.contains(cpu)) {
+                    a.seen += samples;
+                    a.pending.lost += lost;
+                    a.pending.throttled += throttled;
+                }
+            }
+        }
+        for a in active.iter_mut() {
+            if a.seen | a.pending.lost | a.pending.throttled != 0 {
+                a.pending.outside = a.seen - a.pending.counted;
+                a.counts.stats.add(&a.pending);
+                a.pending = ProfileStats::default();
+                a.seen = 0;
+            }
+        }
+        records
+    }
+}
+
+/// A stream drained outside the consumer thread, by the same code: the engine of the unstable replay entry
+/// point (`engine::replay`), which feeds recorded ring contents through decode → match → increment.
+pub(crate) struct ReplayStream(StreamDispatch);
+
+impl ReplayStream {
+    /// A stream of `rings` (CPU, ring) with `profiles` started on it (each counting on the given CPUs).
+    pub(crate) fn new(
+        rings: Vec<(usize, Ring)>,
+        profiles: &[(Arc<Counts>, CpuSet)],
+    ) -> ReplayStream {
+        let mut s = StreamDispatch::new(StreamId(0));
+        s.rings = rings
+            .into_iter()
+            .map(|(cpu, ring)| CpuRing { cpu, ring, fd: -1 })
+            .collect();
+        for (counts, cpus) in profiles {
+            s.active.push(Active::new(counts.clone(), cpus.clone()));
+        }
+        s.rebuild_index();
+        ReplayStream(s)
+    }
+
+    /// Drain every ring, as the consumer's pass does; returns the records read.
+    pub(crate) fn drain(&mut self) -> u64 {
+        self.0.drain()
+    }
+
+    /// The stream's rings, to rewind them.
+    pub(crate) fn rings_mut(&mut self) -> impl Iterator<Item = &mut Ring> {
+        self.0.rings.iter_mut().map(|r| &mut r.ring)
+    }
+}
