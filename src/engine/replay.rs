@@ -10,6 +10,8 @@
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
+use nix::errno::Errno;
+
 use super::counters::{CounterStorage, Counts, ProfileStats};
 use super::dispatch::ReplayStream;
 use crate::affinity::CpuSet;
@@ -37,14 +39,15 @@ impl Recording {
     /// two; samples past the ring's size are lost, not recorded).
     ///
     /// # Errors
-    /// The errno of `perf_event_open(2)`, `mmap(2)` or the enabling ioctl.
+    /// The errno of `sched_getcpu(3)` or `sched_setaffinity(2)` (the thread is held on its CPU while recorded),
+    /// of `perf_event_open(2)`, `mmap(2)` or the enabling ioctl; `ENOENT` when `ProfileTime` has no perf event.
     pub fn record(
         period_ns: u64,
         data_pages: usize,
         work: impl FnOnce(),
-    ) -> Result<Recording, i32> {
+    ) -> Result<Recording, Errno> {
         let params = EventParams {
-            spec: ProfileSource::Time.perf_event().ok_or(libc::ENOENT)?,
+            spec: ProfileSource::Time.perf_event().ok_or(Errno::ENOENT)?,
             period: period_ns,
             exclude_kernel: true,
             sample_tid: false,
@@ -55,12 +58,12 @@ impl Recording {
         // One ring, as the consumer has per CPU: the thread stays on the CPU it runs on while it is recorded.
         use nix::sched::{CpuSet as NixCpuSet, sched_getaffinity, sched_getcpu, sched_setaffinity};
         use nix::unistd::Pid;
-        let cpu = sched_getcpu().map_err(|e| e as i32)?;
-        let old = sched_getaffinity(Pid::from_raw(0)).map_err(|e| e as i32)?;
+        let cpu = sched_getcpu()?;
+        let old = sched_getaffinity(Pid::from_raw(0))?;
         let mut one = NixCpuSet::new();
-        one.set(cpu).map_err(|e| e as i32)?;
-        sched_setaffinity(Pid::from_raw(0), &one).map_err(|e| e as i32)?;
-        let result = (|| -> Result<Recording, nix::errno::Errno> {
+        one.set(cpu)?;
+        sched_setaffinity(Pid::from_raw(0), &one)?;
+        let result = (|| -> Result<Recording, Errno> {
             let fd = event::open(&params, crate::perf::sys::gettid(), cpu)?;
             let ring = Ring::map(fd.as_fd(), data_pages, SampleLayout { tid: false })?;
             event::enable(fd.as_fd())?;
@@ -71,7 +74,7 @@ impl Recording {
             })
         })();
         let _ = sched_setaffinity(Pid::from_raw(0), &old);
-        result.map_err(|e| e as i32)
+        result
     }
 
     /// Ring contents made of one sample record per IP (header, IP), as the kernel writes them.
