@@ -3,7 +3,7 @@
 //! that `cargo bench --bench suite` keeps working. Measures nothing worth keeping (one short round).
 
 #[allow(dead_code)]
-#[path = "../benches/suite/harness.rs"]
+#[path = "../benches/suite/harness/mod.rs"]
 mod harness;
 
 use std::path::PathBuf;
@@ -136,4 +136,35 @@ fn the_replay_counts_every_sample_once_per_covering_profile() {
             .sum();
         assert_eq!(counts, expected);
     }
+}
+
+#[test]
+fn rewriting_benchmarks_md_keeps_the_recorders_section() {
+    let new = "# Benchmarks\n\nregenerated\n".to_string();
+    // No markers, or only one: the new text as it is.
+    assert_eq!(harness::keep_recorder_section("", new.clone()), new);
+    assert_eq!(
+        harness::keep_recorder_section("old\n<!-- recorder:begin -->\nno end\n", new.clone()),
+        new
+    );
+    assert_eq!(
+        harness::keep_recorder_section(
+            "<!-- recorder:end -->\n<!-- recorder:begin -->\n",
+            new.clone()
+        ),
+        new,
+        "an end before the begin is no section"
+    );
+    // Both: the section, markers included, after the regenerated text; what lies around it in the old file
+    // (the previous suite's output) is not kept.
+    let old = "# Benchmarks\n\nold figures\n\n<!-- recorder:begin -->\n## ntprof record\n\n| a | b |\n\
+               <!-- recorder:end -->\n\nold trailer\n";
+    let kept = harness::keep_recorder_section(old, new.clone());
+    assert_eq!(
+        kept,
+        "# Benchmarks\n\nregenerated\n\n<!-- recorder:begin -->\n## ntprof record\n\n| a | b |\n\
+         <!-- recorder:end -->\n"
+    );
+    // Regenerating again keeps it again, once.
+    assert_eq!(harness::keep_recorder_section(&kept, new), kept);
 }

@@ -256,6 +256,9 @@ fn main() {
     eprintln!("suite: consumer replay …");
     let replay = harness::replay_section(m.replay_samples);
     let text = harness::document(&cfg, &res, &header, &loss, &lat, &replay);
+    // The section the recorder's benchmark wrote between its markers survives the rewrite.
+    let text =
+        harness::keep_recorder_section(&std::fs::read_to_string(&out).unwrap_or_default(), text);
     if let Err(e) = std::fs::write(&out, &text) {
         eprintln!("suite: cannot write {out:?}: {e}");
         std::process::exit(1);

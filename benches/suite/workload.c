@@ -1,6 +1,6 @@
 /*
  * workload.c -- the benchmark suite's workload with designed truth, and the in-process samplers it is measured
- * under (compiled with gcc by the harness, benches/suite/harness.rs).
+ * under (compiled with gcc by the harness, benches/suite/harness/).
  *
  * Four hot functions, each in a section of its own (GNU ld gives a C-identifier section's bounds as
  * __start_<name> / __stop_<name>), run the same loop body in chunks of random length (1,000-31,000 iterations,
