@@ -416,11 +416,13 @@ NTSYSCALLAPI NTSTATUS NTAPI NtCreateProfileEx(PHANDLE ProfileHandle, HANDLE Proc
 /* NtOpenProcess -- open a process for profiling: ClientId->UniqueProcess is a Linux pid (the handle is backed by
  * a pidfd; close it with NtClose). DesiredAccess and ObjectAttributes are accepted and not interpreted
  * (PROCESS_QUERY_INFORMATION and an InitializeObjectAttributes(&attrs, NULL, 0, NULL, NULL) are customary).
- * STATUS_INVALID_CID for a pid that does not exist, STATUS_ACCESS_DENIED when the caller may not profile it. */
+ * STATUS_INVALID_CID for a pid that does not exist, STATUS_ACCESS_DENIED when the caller may not profile it.
+ * A process that has exited but is not reaped yet (a zombie) opens. */
 NTSYSCALLAPI NTSTATUS NTAPI NtOpenProcess(PHANDLE ProcessHandle, ACCESS_MASK DesiredAccess,
                                           POBJECT_ATTRIBUTES ObjectAttributes, PCLIENT_ID ClientId);
 
-/* NtStartProfile -- start sampling. STATUS_PROFILING_NOT_STOPPED if already started. */
+/* NtStartProfile -- start sampling. STATUS_PROFILING_NOT_STOPPED if already started. A profile of a process
+ * that has exited (a zombie, or reaped while its handle was kept) starts with STATUS_SUCCESS and counts nothing. */
 NTSYSCALLAPI NTSTATUS NTAPI NtStartProfile(HANDLE ProfileHandle);
 
 /* NtStopProfile -- stop sampling; on return the counts are complete and the buffer is no longer written.

@@ -425,7 +425,8 @@ impl Profile {
         ProfileBuilder::default()
     }
 
-    /// `NtStartProfile(ProfileHandle)` — start sampling.
+    /// `NtStartProfile(ProfileHandle)` — start sampling. A profile of a [`Process`] that has exited (see
+    /// [`Process::has_exited`]) starts too, and counts nothing.
     #[doc(alias = "NtStartProfile")]
     ///
     /// # Errors
@@ -587,7 +588,9 @@ impl Process {
     #[doc(alias = "NtOpenProcess")]
     ///
     /// # Errors
-    /// - `STATUS_INVALID_CID` when no process `pid` exists (or `pid` is 0 or above the kernel's pid range);
+    /// - `STATUS_INVALID_CID` when no process `pid` exists (or `pid` is 0 or above the kernel's pid range). A
+    ///   process that has exited but is not reaped yet (a zombie) exists: it opens, and
+    ///   [`has_exited`](Self::has_exited) says it has exited;
     /// - `STATUS_ACCESS_DENIED` when the caller may not profile it (another user's process without the
     ///   privilege, or `kernel.yama.ptrace_scope` forbids it);
     /// - `STATUS_INSUFFICIENT_RESOURCES` when no file descriptor is left.

@@ -25,7 +25,7 @@ const MESSAGES: &[(u32, &CStr)] = &[
     ),
     (
         0xC000_0008,
-        c"STATUS_INVALID_HANDLE: the handle is not open (never created, closed, inherited across fork, or its process exited)",
+        c"STATUS_INVALID_HANDLE: the handle is not open (never created, closed, or inherited across fork)",
     ),
     (
         0xC000_000B,

@@ -52,7 +52,12 @@ impl ProcessRef {
 
     /// True once the process has exited (its pidfd polls readable).
     pub fn has_exited(&self) -> bool {
-        sys::pidfd_has_exited(self.pidfd.as_fd())
+        sys::pidfd_exited_within(self.pidfd.as_fd(), 0)
+    }
+
+    /// Wait up to `ms` milliseconds for the process to finish exiting; true once it has.
+    pub fn exited_within(&self, ms: u16) -> bool {
+        sys::pidfd_exited_within(self.pidfd.as_fd(), ms)
     }
 
     /// `STATUS_INVALID_HANDLE` in a `fork()`ed child: the object was opened by the parent.
@@ -65,7 +70,8 @@ impl ProcessRef {
     }
 
     /// May the caller profile this process now? (`STATUS_ACCESS_DENIED` if not; `STATUS_INVALID_HANDLE` in a
-    /// `fork()`ed child of the process that opened it.)
+    /// `fork()`ed child of the process that opened it.) A process that has exited, or is exiting, passes: the
+    /// pidfd still names it, and a profile of it starts and counts nothing.
     pub fn check_access(&self) -> Result<(), NtStatus> {
         self.check_opener()?;
         let time = ProfileSource::Time;
@@ -74,7 +80,9 @@ impl ProcessRef {
         {
             Ok(()) => Ok(()),
             Err(Errno::EACCES | Errno::EPERM) => Err(NtStatus::ACCESS_DENIED),
-            Err(Errno::ESRCH) if self.has_exited() => Ok(()), // exited: the handle stays valid
+            // ESRCH on a pid the pidfd pins: the process has exited, or is exiting (or only its first thread
+            // has ended, and each start checks the access of the threads it observes). The handle stays valid.
+            Err(Errno::ESRCH) => Ok(()),
             Err(errno) => Err(NtStatus::from(errno)),
         }
     }
@@ -98,7 +106,10 @@ impl PartialEq for Target {
             (Target::CurrentProcess, Target::CurrentProcess) | (Target::Global, Target::Global) => {
                 true
             }
-            (Target::Process(a), Target::Process(b)) => a.pid == b.pid,
+            // The same opened process (one handle, or clones of one Rust `Process`): a pid alone could name a
+            // newer process that reused the pid of one that exited, and its profiles must not join the exited
+            // one's stream (whose events observe the dead threads).
+            (Target::Process(a), Target::Process(b)) => Arc::ptr_eq(a, b),
             _ => false,
         }
     }
@@ -123,6 +134,11 @@ impl Target {
             Target::Process(p) => p.pid,
             Target::Global => -1,
         }
+    }
+
+    /// True when the target is another process that has exited (its pidfd says so).
+    pub fn has_exited(&self) -> bool {
+        matches!(self, Target::Process(p) if p.has_exited())
     }
 
     /// True for a per-CPU target (every process).

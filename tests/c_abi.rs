@@ -667,3 +667,25 @@ fn readme_c() {
     let (ok, out) = run_program(&exe);
     assert!(ok, "ffi/readme.c failed:\n{out}");
 }
+
+/// `ffi/exited.c`: a process that has exited is still a process. A zombie child, a child reaped while its
+/// handle is kept, and a started profile whose process exits: open, create, start, stop, restart and close all
+/// succeed, count nothing and leave nothing open; 500 starts racing the child's exit all succeed; a profile of
+/// this process keeps counting meanwhile.
+#[test]
+fn exited_process_c() {
+    let scratch = Scratch::new("exited");
+    let exe = build_program(&scratch, "exited");
+    let (ok, out) = run_program(&exe);
+    let summary = out
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    let failures: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert!(
+        ok && summary.ends_with(" passed, 0 failed"),
+        "ffi/exited.c failed: `{summary}`\n{}",
+        failures.join("\n")
+    );
+}

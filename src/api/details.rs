@@ -153,7 +153,10 @@ pub(crate) fn start(status: NtStatus, source: ProfileSource, target: &Target) ->
             "this process may not profile {} (the ptrace access check of perf_event_open, or CAP_PERFMON)",
             whom(target)
         ),
-        NtStatus::INVALID_HANDLE => format!("{} has exited", whom(target)),
+        NtStatus::INVALID_HANDLE => format!(
+            "{} was opened by another process: a process handle does not survive fork()",
+            whom(target)
+        ),
         other => return Error::from(other),
     };
     Error::new(status, detail)

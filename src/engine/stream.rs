@@ -210,6 +210,13 @@ impl Stream {
 /// every thread is observed exactly once: those of the scan by their own events, later ones through
 /// inheritance from their creator. Under a storm of thread creation that never settles, the last pass adds the
 /// newcomers one by one instead (each is then observed at least once).
+///
+/// A process that has exited is still a process (NT keeps its object while a handle names it): its stream opens
+/// with no event at all and counts nothing. The pidfd is asked after the pass, so that a process that exited
+/// while the pass ran gets the same empty stream, whatever events were opened before its exit (closed here:
+/// their thread ids might already name a newer process that reused them). A pass in which some processor got
+/// no event although the process lives on (every thread listed ended meanwhile: the process is exiting, or a
+/// thread that `exec`s took over the first thread's id) waits a moment for the exit, then scans again.
 fn open_cpus(
     params: &mut EventParams,
     target: &Target,
@@ -217,6 +224,7 @@ fn open_cpus(
     skip: &[Tid],
 ) -> Result<Opened, NtStatus> {
     for attempt in 0..RESCAN_LIMIT {
+        let last = attempt + 1 == RESCAN_LIMIT;
         let mut pass = Pass::new(&mut *params, cpus, target);
         let scan = target.threads()?;
         for &tid in scan.iter().filter(|t| !skip.contains(t)) {
@@ -227,15 +235,32 @@ fn open_cpus(
             .into_iter()
             .filter(|t| !skip.contains(t) && scan.binary_search(t).is_err())
             .collect();
-        if fresh.is_empty() || attempt + 1 == RESCAN_LIMIT {
-            for tid in fresh {
-                pass.observe(tid)?;
-            }
-            return pass.finish();
+        if !fresh.is_empty() && !last {
+            continue;
+        }
+        for tid in fresh {
+            pass.observe(tid)?;
+        }
+        if target.has_exited() {
+            return Ok(Opened::nothing());
+        }
+        if pass.complete() {
+            return Ok(pass.finish());
+        }
+        if let Target::Process(p) = target
+            && p.exited_within(EXIT_WAIT_MS)
+        {
+            return Ok(Opened::nothing());
         }
     }
-    Err(NtStatus::INTERNAL_ERROR)
+    // Passes kept finding the process alive with none of its threads observable: a passing state (its threads
+    // come and go faster than they can be listed), never a fault of the handle.
+    Err(NtStatus::INSUFFICIENT_RESOURCES)
 }
+
+/// How long a pass that found no thread to observe waits for the process to finish exiting before scanning
+/// again.
+const EXIT_WAIT_MS: u16 = 10;
 
 /// What a successful pass opened.
 struct Opened {
@@ -247,6 +272,17 @@ struct Opened {
     tids: Vec<Tid>,
 }
 
+impl Opened {
+    /// The events of a process that has exited: none.
+    fn nothing() -> Opened {
+        Opened {
+            fds: Vec::new(),
+            rings: Vec::new(),
+            tids: Vec::new(),
+        }
+    }
+}
+
 /// One attempt at opening a stream's events on some CPUs.
 struct Pass<'a> {
     params: &'a mut EventParams,
@@ -255,6 +291,8 @@ struct Pass<'a> {
     fds: Vec<OwnedFd>,
     rings: Vec<CpuRing>,
     owner: Vec<Option<usize>>,
+    /// Who is observed.
+    target: &'a Target,
     /// EACCES/EPERM mean "may not profile that process" for another process, a missing privilege otherwise.
     other_process: bool,
     /// The soft descriptor limit was already raised once by this pass.
@@ -264,7 +302,7 @@ struct Pass<'a> {
 }
 
 impl<'a> Pass<'a> {
-    fn new(params: &'a mut EventParams, cpus: &CpuSet, target: &Target) -> Pass<'a> {
+    fn new(params: &'a mut EventParams, cpus: &CpuSet, target: &'a Target) -> Pass<'a> {
         let cpus: Vec<usize> = cpus.iter().collect();
         let owner = vec![None; cpus.len()];
         let layout = SampleLayout {
@@ -277,6 +315,7 @@ impl<'a> Pass<'a> {
             fds: Vec::new(),
             rings: Vec::new(),
             owner,
+            target,
             other_process: matches!(target, Target::Process(_)),
             raised_nofile: false,
             tids: Vec::new(),
@@ -300,6 +339,14 @@ impl<'a> Pass<'a> {
                     Err(Errno::EINTR) if interrupted < 3 => interrupted += 1, // try again
                     Err(Errno::EMFILE) if !self.raised_nofile && sys::raise_nofile_limit() => {
                         self.raised_nofile = true; // and try this CPU again
+                    }
+                    // Whatever the kernel answers for a thread of a process that has exited meanwhile (a
+                    // shortage excepted: that is reported as one), there is nothing left to observe.
+                    Err(errno)
+                        if !crate::source::is_transient_errno(errno)
+                            && self.target.has_exited() =>
+                    {
+                        return Ok(());
                     }
                     Err(Errno::EACCES | Errno::EPERM) if self.other_process => {
                         return Err(NtStatus::ACCESS_DENIED);
@@ -362,17 +409,18 @@ impl<'a> Pass<'a> {
         }
     }
 
-    fn finish(mut self) -> Result<Opened, NtStatus> {
-        if self.rings.len() != self.cpus.len() {
-            // No thread could be observed at all (the target is gone).
-            return Err(NtStatus::INVALID_HANDLE);
-        }
+    /// True when every processor of the pass has its ring (some thread was observed on each).
+    fn complete(&self) -> bool {
+        self.rings.len() == self.cpus.len()
+    }
+
+    fn finish(mut self) -> Opened {
         self.tids.sort_unstable();
-        Ok(Opened {
+        Opened {
             fds: self.fds,
             rings: self.rings,
             tids: self.tids,
-        })
+        }
     }
 }
 

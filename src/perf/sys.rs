@@ -166,11 +166,12 @@ pub fn pidfd_open(pid: i32) -> Result<OwnedFd, Errno> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
-/// True once the process behind `pidfd` has exited (the pidfd polls readable).
-pub fn pidfd_has_exited(pidfd: BorrowedFd<'_>) -> bool {
+/// True once the process behind `pidfd` has exited (the pidfd polls readable: every thread has exited), waiting
+/// up to `ms` milliseconds for it (0: not at all).
+pub fn pidfd_exited_within(pidfd: BorrowedFd<'_>, ms: u16) -> bool {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
-    matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0)
+    matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0)
 }
 
 /// Raise the soft `RLIMIT_NOFILE` toward the hard limit (doubling, at least +1024). True if it went up.

@@ -35,6 +35,7 @@ use ntprofile::{NtStatus, ProfileStats};
 #[path = "../common/mod.rs"]
 mod common;
 
+mod exited;
 mod fork;
 mod global;
 mod harness;
