@@ -5,6 +5,9 @@
 //! module-to-module imports has no cycle. A module missing from the table fails the test: a new module says
 //! where it sits. Inside a module folder (`src/engine/`, `src/perf/`, `src/ffi/`), the files other than
 //! `mod.rs` name each other (`super::x`, `crate::m::x`) without a cycle either.
+//!
+//! And every file of `src/` stays a room a newcomer reads in one sitting: at most [`MAX_LINES`] lines, opening
+//! with a doc line (`//!`) that says what it holds.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -24,6 +27,10 @@ const LAYERS: &[&[&str]] = &[
     &["fork"],
     &["api", "ffi", "fuzzing"],
 ];
+
+/// The most lines a file under `src/` may have. Files are meant to stay near 400; past 500, split the file by
+/// topic (a folder of files beside it, as `src/modules/` or `src/source/`).
+const MAX_LINES: usize = 500;
 
 fn layer_of(module: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&module))
@@ -284,5 +291,78 @@ fn every_import_points_down_and_modules_form_no_cycle() {
         problems.is_empty(),
         "layering broken:\n{}",
         problems.join("\n")
+    );
+}
+
+/// The files of `src/` longer than `max` lines, with their length.
+fn too_long(src: &Path, max: usize) -> Vec<(PathBuf, usize)> {
+    let mut files = Vec::new();
+    rust_files(src, &mut files);
+    files.sort();
+    files
+        .into_iter()
+        .filter_map(|file| {
+            let lines = std::fs::read_to_string(&file)
+                .expect("read source file")
+                .lines()
+                .count();
+            (lines > max).then_some((file, lines))
+        })
+        .collect()
+}
+
+#[test]
+fn every_file_is_short_and_says_what_it_holds() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    assert!(
+        files.len() > 30,
+        "the scan found only {} files",
+        files.len()
+    );
+    let long: Vec<String> = too_long(&src, MAX_LINES)
+        .into_iter()
+        .map(|(file, lines)| {
+            let rel = file
+                .strip_prefix(env!("CARGO_MANIFEST_DIR"))
+                .unwrap_or(&file);
+            format!("{}: {lines} lines", rel.display())
+        })
+        .collect();
+    assert!(
+        long.is_empty(),
+        "files over {MAX_LINES} lines: split each by topic into files of about 400 lines\n{}",
+        long.join("\n")
+    );
+    let undocumented: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let text = std::fs::read_to_string(f).expect("read source file");
+            !text.lines().next().is_some_and(|l| l.starts_with("//! "))
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        undocumented.is_empty(),
+        "files whose first line is not a `//!` doc line saying what they hold:\n{}",
+        undocumented.join("\n")
+    );
+}
+
+#[test]
+fn the_length_check_sees_a_file_one_line_too_long() {
+    let dir = std::env::temp_dir().join(format!("ntprofile-layers-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("sub")).expect("scratch dir");
+    let lines = |n: usize| "//! x\n".repeat(n);
+    std::fs::write(dir.join("fits.rs"), lines(MAX_LINES)).expect("write");
+    std::fs::write(dir.join("sub").join("long.rs"), lines(MAX_LINES + 1)).expect("write");
+    let found = too_long(&dir, MAX_LINES);
+    std::fs::remove_dir_all(&dir).expect("remove scratch dir");
+    assert_eq!(
+        found,
+        [(dir.join("sub").join("long.rs"), MAX_LINES + 1)],
+        "a {}-line file must be caught, a {MAX_LINES}-line one must pass",
+        MAX_LINES + 1
     );
 }
