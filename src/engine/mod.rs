@@ -4,8 +4,8 @@
 //! Where each part lives:
 //! - this file: the entry points (`start`, `stop` — the barrier —, `sync`, `set_interval`, `set_jitter`) and
 //!   the engine's table of streams and started profiles;
-//! - `stream`: streams and their opening (stable passes over the threads, ring mapping, period changes and
-//!   re-opening);
+//! - `stream`: streams (growing to more CPUs, period changes and re-opening);
+//! - `open`: opening a stream's events (stable passes over the threads, ring mapping);
 //! - `threads`: the consumer and jitter thread lifecycles;
 //! - `consumer`: the consumer thread's loop (requests, the stop barrier's ack) and the request link to it;
 //! - `dispatch`: a stream's drain, the hot path (decode → match → increment, statistics);
@@ -23,6 +23,7 @@ pub(crate) mod counters;
 mod dispatch;
 pub(crate) mod index;
 mod jitter;
+mod open;
 #[doc(hidden)]
 pub mod replay;
 pub(crate) mod stream;

@@ -1,0 +1,268 @@
+//! Opening a stream's events: one per (thread × CPU) in stable passes over the threads (a pass in which a thread
+//! appeared is done again), the first event of each CPU owning the CPU's ring and the others redirected into
+//! it, the rings mapped within the locked-memory budget; an exited process gets a stream with no event.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use nix::errno::Errno;
+
+use super::dispatch::CpuRing;
+use crate::affinity::CpuSet;
+use crate::perf::event::{self, EventParams};
+use crate::perf::ring::{Ring, SampleLayout};
+use crate::perf::sys::{self, Tid};
+use crate::status::NtStatus;
+use crate::target::Target;
+
+/// Data pages per ring (a power of two): 64 pages = 256 KiB, shrunk step by step when the locked-memory budget
+/// (`perf_event_mlock_kb` per CPU plus `RLIMIT_MEMLOCK`) is short.
+pub(crate) const RING_PAGES: usize = 64;
+/// How many times a start re-scans the thread list looking for threads created meanwhile.
+const RESCAN_LIMIT: usize = 64;
+
+/// Open the events of `target` on `cpus`: one per (thread × CPU), the first of each CPU owning the CPU's ring,
+/// the others redirected into it.
+///
+/// A pass is sound only when no thread appeared while it ran: a thread created during the pass by a thread
+/// already instrumented inherits that thread's events, and opening its own events as well would count it twice.
+/// So a pass scans the threads, opens every event, and scans again; if a new thread showed up, the whole pass is
+/// discarded (closing a parent event also removes its inherited children) and done again. After a stable pass,
+/// every thread is observed exactly once: those of the scan by their own events, later ones through
+/// inheritance from their creator. Under a storm of thread creation that never settles, the last pass adds the
+/// newcomers one by one instead (each is then observed at least once).
+///
+/// A process that has exited is still a process (NT keeps its object while a handle names it): its stream opens
+/// with no event at all and counts nothing. The pidfd is asked after the pass, so that a process that exited
+/// while the pass ran gets the same empty stream, whatever events were opened before its exit (closed here:
+/// their thread ids might already name a newer process that reused them). A pass in which some processor got
+/// no event although the process lives on (every thread listed ended meanwhile: the process is exiting, or a
+/// thread that `exec`s took over the first thread's id) waits a moment for the exit, then scans again.
+pub(super) fn open_cpus(
+    params: &mut EventParams,
+    target: &Target,
+    cpus: &CpuSet,
+    skip: &[Tid],
+) -> Result<Opened, NtStatus> {
+    for attempt in 0..RESCAN_LIMIT {
+        let last = attempt + 1 == RESCAN_LIMIT;
+        let mut pass = Pass::new(&mut *params, cpus, target);
+        let scan = target.threads()?;
+        for &tid in scan.iter().filter(|t| !skip.contains(t)) {
+            pass.observe(tid)?;
+        }
+        let fresh: Vec<Tid> = target
+            .threads()?
+            .into_iter()
+            .filter(|t| !skip.contains(t) && scan.binary_search(t).is_err())
+            .collect();
+        if !fresh.is_empty() && !last {
+            continue;
+        }
+        for tid in fresh {
+            pass.observe(tid)?;
+        }
+        if target.has_exited() {
+            return Ok(Opened::nothing());
+        }
+        if pass.complete() {
+            return Ok(pass.finish());
+        }
+        if let Target::Process(p) = target
+            && p.exited_within(EXIT_WAIT_MS)
+        {
+            return Ok(Opened::nothing());
+        }
+    }
+    // Passes kept finding the process alive with none of its threads observable: a passing state (its threads
+    // come and go faster than they can be listed), never a fault of the handle.
+    Err(NtStatus::INSUFFICIENT_RESOURCES)
+}
+
+/// How long a pass that found no thread to observe waits for the process to finish exiting before scanning
+/// again.
+const EXIT_WAIT_MS: u16 = 10;
+
+/// What a successful pass opened.
+pub(super) struct Opened {
+    /// Every event descriptor.
+    pub(super) fds: Vec<OwnedFd>,
+    /// One ring per CPU.
+    pub(super) rings: Vec<CpuRing>,
+    /// The threads observed directly, sorted.
+    pub(super) tids: Vec<Tid>,
+}
+
+impl Opened {
+    /// The events of a process that has exited: none.
+    fn nothing() -> Opened {
+        Opened {
+            fds: Vec::new(),
+            rings: Vec::new(),
+            tids: Vec::new(),
+        }
+    }
+}
+
+/// One attempt at opening a stream's events on some CPUs.
+struct Pass<'a> {
+    params: &'a mut EventParams,
+    cpus: Vec<usize>,
+    layout: SampleLayout,
+    fds: Vec<OwnedFd>,
+    rings: Vec<CpuRing>,
+    owner: Vec<Option<usize>>,
+    /// Who is observed.
+    target: &'a Target,
+    /// EACCES/EPERM mean "may not profile that process" for another process, a missing privilege otherwise.
+    other_process: bool,
+    /// The soft descriptor limit was already raised once by this pass.
+    raised_nofile: bool,
+    /// Threads observed on every CPU of the pass.
+    tids: Vec<Tid>,
+}
+
+impl<'a> Pass<'a> {
+    fn new(params: &'a mut EventParams, cpus: &CpuSet, target: &'a Target) -> Pass<'a> {
+        let cpus: Vec<usize> = cpus.iter().collect();
+        let owner = vec![None; cpus.len()];
+        let layout = SampleLayout {
+            tid: params.sample_tid,
+        };
+        Pass {
+            params,
+            cpus,
+            layout,
+            fds: Vec::new(),
+            rings: Vec::new(),
+            owner,
+            target,
+            other_process: matches!(target, Target::Process(_)),
+            raised_nofile: false,
+            tids: Vec::new(),
+        }
+    }
+
+    /// Open thread `tid`'s event on every CPU of the pass.
+    fn observe(&mut self, tid: Tid) -> Result<(), NtStatus> {
+        for ci in 0..self.cpus.len() {
+            let cpu = self.cpus[ci];
+            let mut interrupted = 0;
+            let fd = loop {
+                let opened = if self.fds.is_empty() {
+                    event::open_precise(self.params, tid, cpu)
+                } else {
+                    event::open(self.params, tid, cpu)
+                };
+                match opened {
+                    Ok(fd) => break fd,
+                    Err(Errno::ESRCH) => return Ok(()), // the thread exited meanwhile
+                    Err(Errno::EINTR) if interrupted < 3 => interrupted += 1, // try again
+                    Err(Errno::EMFILE) if !self.raised_nofile && sys::raise_nofile_limit() => {
+                        self.raised_nofile = true; // and try this CPU again
+                    }
+                    // Whatever the kernel answers for a thread of a process that has exited meanwhile (a
+                    // shortage excepted: that is reported as one), there is nothing left to observe.
+                    Err(errno)
+                        if !crate::source::is_transient_errno(errno)
+                            && self.target.has_exited() =>
+                    {
+                        return Ok(());
+                    }
+                    Err(Errno::EACCES | Errno::EPERM) if self.other_process => {
+                        return Err(NtStatus::ACCESS_DENIED);
+                    }
+                    Err(errno) => return Err(NtStatus::from(errno)),
+                }
+            };
+            let fd = match self.owner[ci] {
+                None => {
+                    let (ring, fd) = match self.map_owner(fd, tid, cpu)? {
+                        Some(mapped) => mapped,
+                        None => return Ok(()), // the thread exited meanwhile
+                    };
+                    self.rings.push(CpuRing {
+                        cpu,
+                        ring,
+                        fd: fd.as_raw_fd(),
+                    });
+                    self.owner[ci] = Some(self.fds.len());
+                    fd
+                }
+                Some(o) => {
+                    event::set_output(fd.as_fd(), self.fds[o].as_fd())?;
+                    fd
+                }
+            };
+            self.fds.push(fd);
+        }
+        self.tids.push(tid);
+        Ok(())
+    }
+
+    /// Map the ring of a CPU's first event. The ring may come out smaller than [`RING_PAGES`] (locked memory is
+    /// short); the kernel caps a wake-up watermark at the ring's size, so a watermark chosen for the full size
+    /// would wake the consumer only once the small ring is full, and samples would be lost. So when the ring is
+    /// smaller than the watermark was chosen for, the event is opened again with a watermark of a quarter of
+    /// the ring that could be mapped, and that size is mapped. `None`: the thread exited meanwhile.
+    fn map_owner(
+        &mut self,
+        mut fd: OwnedFd,
+        tid: Tid,
+        cpu: usize,
+    ) -> Result<Option<(Ring, OwnedFd)>, NtStatus> {
+        let mut pages = RING_PAGES;
+        loop {
+            let (ring, got) = map_ring(&fd, self.layout, pages)?;
+            let watermark = watermark_for(got);
+            if self.params.wakeup_watermark <= watermark {
+                return Ok(Some((ring, fd)));
+            }
+            drop(ring);
+            drop(fd);
+            self.params.wakeup_watermark = watermark;
+            pages = got;
+            fd = match event::open(self.params, tid, cpu) {
+                Ok(fd) => fd,
+                Err(Errno::ESRCH) => return Ok(None),
+                Err(errno) => return Err(NtStatus::from(errno)),
+            };
+        }
+    }
+
+    /// True when every processor of the pass has its ring (some thread was observed on each).
+    fn complete(&self) -> bool {
+        self.rings.len() == self.cpus.len()
+    }
+
+    fn finish(mut self) -> Opened {
+        self.tids.sort_unstable();
+        Opened {
+            fds: self.fds,
+            rings: self.rings,
+            tids: self.tids,
+        }
+    }
+}
+
+/// The wake-up watermark for a ring of `pages` data pages: a quarter of it, so that the consumer drains a ring
+/// well before it fills.
+pub(crate) fn watermark_for(pages: usize) -> usize {
+    pages * crate::perf::ring::page_size() / 4
+}
+
+/// Map a ring within the locked-memory budget, `pages` data pages at most: halve the size on EPERM/ENOMEM down
+/// to one page, then fail with `STATUS_INSUFFICIENT_RESOURCES`. Returns the ring and its data pages.
+fn map_ring(
+    fd: &OwnedFd,
+    layout: SampleLayout,
+    mut pages: usize,
+) -> Result<(Ring, usize), NtStatus> {
+    loop {
+        match Ring::map(fd.as_fd(), pages, layout) {
+            Ok(ring) => return Ok((ring, pages)),
+            Err(Errno::EPERM | Errno::ENOMEM) if pages > 1 => pages /= 2,
+            Err(Errno::EPERM | Errno::ENOMEM) => return Err(NtStatus::INSUFFICIENT_RESOURCES),
+            Err(errno) => return Err(NtStatus::from(errno)),
+        }
+    }
+}
