@@ -4,7 +4,8 @@
 //! ([`ProfileBuilder::process`], `NtOpenProcess`), every process ([`ProfileBuilder::global`], `Process = NULL`),
 //! a range of kernel addresses, and processors given as a mask, CPU numbers or `GROUP_AFFINITY` records
 //! ([`ProfileBuilder::group_affinity`], `NtCreateProfileEx`). The checks, their order and their statuses are the
-//! C API's: both call the same functions.//!
+//! C API's: both call the same functions.
+//!
 //! Where each part lives: this file holds the free functions (intervals and jitter); `builder` the builder's
 //! settings; `build` the checks and the creation of a profile, in the C API's order; `profile` the profile
 //! itself (start, stop, reads); `process` another process opened for profiling, and `GROUP_AFFINITY` records;

@@ -31,7 +31,7 @@ pub(super) enum TargetSpec {
     Global,
 }
 
-/// Builds a [`Profile`]: the range, the bucket size, the source and the processors.
+/// Builds a [`Profile`](crate::Profile): the range, the bucket size, the source and the processors.
 ///
 /// ```
 /// use ntprofile::{Profile, ProfileSource};

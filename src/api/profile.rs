@@ -57,8 +57,8 @@ impl Profile {
         ProfileBuilder::default()
     }
 
-    /// `NtStartProfile(ProfileHandle)` — start sampling. A profile of a [`Process`] that has exited (see
-    /// [`Process::has_exited`]) starts too, and counts nothing.
+    /// `NtStartProfile(ProfileHandle)` — start sampling. A profile of a [`Process`](crate::Process) that has
+    /// exited (see [`Process::has_exited`](crate::Process::has_exited)) starts too, and counts nothing.
     #[doc(alias = "NtStartProfile")]
     ///
     /// # Errors

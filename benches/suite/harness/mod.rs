@@ -16,7 +16,8 @@
 //! - *whole job per sample*: (CPU of everything the configuration ran − the unprofiled job's) ÷ samples: the
 //!   workload process and its consumer, or `perf record` + workload + `perf report`, or `ntprof record`;
 //! - *attribution error*: the share of each hot function's samples against its share of the iterations, in
-//!   percentage points, and in binomial standard deviations σ = √(p(1−p)/N), N = samples in the four functions.//!
+//!   percentage points, and in binomial standard deviations σ = √(p(1−p)/N), N = samples in the four functions.
+//!
 //! Where each part lives: this file holds what is run and what comes out (samplers, configurations, one run's
 //! figures, the results); `runners` runs the workload under each peer and parses what each reports; `rounds`
 //! the interleaved rounds of the comparison; `sections` the highest rate without loss and the start and stop
