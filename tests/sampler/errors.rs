@@ -1,0 +1,3 @@
+//! Bad input and missing privilege.
+
+use super::*;

@@ -1,0 +1,3 @@
+//! Call chains and user-stack copies.
+
+use super::*;
