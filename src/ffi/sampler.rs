@@ -1,6 +1,6 @@
 //! The sampler extension's C exports: `NtprofileCreateSampler`, `NtprofileEnableSampler`,
 //! `NtprofileReadSampler`, `NtprofileQuerySamplerStatistics` (and `NtClose`, in `exports`), over the Rust
-//! [`Sampler`](crate::Sampler), with the `#[repr(C)]` records of `include/ntprofile.h`.
+//! [`Sampler`] (by its handle), with the `#[repr(C)]` records of `include/ntprofile.h`.
 //!
 //! Every export: the panic boundary, the pointer probes before any access (the configuration and the process ids
 //! are copied in through `probe`, the handle and the statistics written out through it), handles looked up in
