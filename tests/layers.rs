@@ -16,7 +16,8 @@ use std::path::{Path, PathBuf};
 /// (and the Rust error type over `status`) are pure; `source`, `affinity`, `target` (and `modules`, the
 /// module listing of a process) describe what is sampled; the engine runs streams and the consumer; `profile`
 /// is the object both APIs share; `handles` is the C API's handle table; `fork` knows the engine and the
-/// handles; `api` and `ffi` are the two APIs on top.
+/// handles; `api` and `ffi` are the two APIs on top, with `sampler` (the sampler extension, which takes an
+/// `api::Process` and is exported by `ffi`; the handle table holds its C object type-erased).
 const LAYERS: &[&[&str]] = &[
     &["perf"],
     &["status", "status_message", "buckets", "error"],
@@ -25,7 +26,7 @@ const LAYERS: &[&[&str]] = &[
     &["profile"],
     &["handles"],
     &["fork"],
-    &["api", "ffi", "fuzzing"],
+    &["api", "ffi", "fuzzing", "sampler"],
 ];
 
 /// The most lines a file under `src/` may have. Files are meant to stay near 400; past 500, split the file by

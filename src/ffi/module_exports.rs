@@ -50,7 +50,7 @@ impl Scope {
             CURRENT_THREAD => Err(NtStatus::OBJECT_TYPE_MISMATCH),
             0 => Ok(Scope::Kernel),
             other => match table().get(other)? {
-                Object::Profile(_) => Err(NtStatus::OBJECT_TYPE_MISMATCH),
+                Object::Profile(_) | Object::Sampler(_) => Err(NtStatus::OBJECT_TYPE_MISMATCH),
                 Object::Process(p) if p.has_exited() => Ok(Scope::Process(None)),
                 Object::Process(p) => Ok(Scope::Process(Some(p.clone()))),
             },

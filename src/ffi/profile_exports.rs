@@ -84,7 +84,7 @@ fn create(
             Target::Global
         }
         other => match table.get(other)? {
-            Object::Profile(_) => return Err(NtStatus::OBJECT_TYPE_MISMATCH),
+            Object::Profile(_) | Object::Sampler(_) => return Err(NtStatus::OBJECT_TYPE_MISMATCH),
             Object::Process(p) => {
                 p.check_access()?;
                 Target::Process(p.clone())
@@ -178,7 +178,7 @@ pub(crate) fn with_profile(
     let table = table();
     match table.get(handle as usize)? {
         Object::Profile(core) => f(core),
-        Object::Process(_) => Err(NtStatus::OBJECT_TYPE_MISMATCH),
+        Object::Process(_) | Object::Sampler(_) => Err(NtStatus::OBJECT_TYPE_MISMATCH),
     }
 }
 
@@ -262,6 +262,8 @@ pub extern "C" fn NtClose(handle: Handle) -> i32 {
             }
             // The pidfd closes with the last reference (a started profile's stream may still hold one).
             Object::Process(_) => {}
+            // A read running meanwhile holds its own reference: the sampler closes when it returns.
+            Object::Sampler(_) => {}
         }
         Ok(())
     })
