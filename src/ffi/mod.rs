@@ -1,10 +1,10 @@
 //! The C ABI, at the top of the layers: the exports with NT names and `Zw` aliases ([`exports`], every export
 //! reachable there, each written in the file of its topic: `profile_exports` create, open, start, stop and close,
 //! `source_exports` sources, intervals and statistics, `module_exports` modules and functions; `boundary` the
-//! panic boundary and pseudo-handles they share), the sampler extension's exports ([`sampler`]), the pointer
-//! probes they check C pointers with (`probe`), and the `#[repr(C)]` records they write (`records`). The handle
-//! table they name objects with is `crate::handles` (below the fork handling, which invalidates it in a forked
-//! child).
+//! panic boundary and pseudo-handles they share), the sampler extension's exports ([`sampler`]; its C types in
+//! `sampler_records`), the pointer probes they check C pointers with (`probe`), and the `#[repr(C)]` records
+//! they write (`records`). The handle table they name objects with is `crate::handles` (below the fork
+//! handling, which invalidates it in a forked child).
 //!
 //! # Safety
 //! The export files need `#[unsafe(no_mangle)]`, and `profile_exports` builds a borrowed counter buffer through
@@ -19,4 +19,5 @@ pub(crate) mod probe;
 mod profile_exports;
 pub(crate) mod records;
 pub mod sampler;
+mod sampler_records;
 mod source_exports;

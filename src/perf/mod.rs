@@ -6,22 +6,26 @@
 //! ([`nix::errno::Errno`]); the engine turns them into an `NtStatus`, once, at its boundary.
 //!
 //! - [`event`]: [`PerfEventSpec`], opening events, the precise-ip step-down, the perf ioctls;
-//! - [`ring`]: the mmap ring and its record decoder;
+//! - [`ring`]: the mmap ring and its lock-free read protocol; `decode`: the engine's record decoder;
 //! - [`sys`]: [`Tid`], epoll, eventfd, signals, fork handlers, pidfds, rlimits, own-memory reads and writes;
 //! - [`proc`]: `/proc` and `/sys` reads;
-//! - [`records`]: the sampler extension's events and the decoder of their records.
+//! - [`records`]: the sampler extension's record types; [`sampler_event`]: its events; [`sampler_decode`]: the
+//!   decoder of their records.
 //!
 //! # Safety
 //! Each file that needs `unsafe` allows it itself, under its own `# Safety` note; every `unsafe` block carries a
 //! `// SAFETY:` note naming what makes it sound, and every atomic access to the ring says which kernel store or
 //! load it pairs with.
 
+pub mod decode;
 pub mod event;
 /// This process's loaded objects from the dynamic loader (`dl_iterate_phdr`), for the module listing.
 pub(crate) mod loader;
 pub mod proc;
 pub mod records;
 pub mod ring;
+pub mod sampler_decode;
+pub mod sampler_event;
 pub mod sys;
 
 pub use event::PerfEventSpec;

@@ -56,6 +56,8 @@
 //! rings are not mapped there): every call returns `STATUS_INVALID_HANDLE`, and dropping it only closes the
 //! child's copies of the descriptors.
 
+mod build;
+mod builder;
 mod open;
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -68,11 +70,14 @@ pub use crate::perf::records::{
 
 use crate::api::Process;
 use crate::error::Error;
-use crate::perf::records::{self, SampleFormat};
 use crate::perf::ring::Ring;
+use crate::perf::sampler_decode::decode_record;
+use crate::perf::sampler_event::SampleFormat;
 use crate::perf::sys::{self, Epoll};
 use crate::source::ProfileSource;
 use crate::status::NtStatus;
+pub use builder::SamplerBuilder;
+use builder::TargetSpec;
 
 /// The clock of every record's `time`: `CLOCK_MONOTONIC` in nanoseconds (the events are opened with
 /// `use_clockid`), so that a caller can compare record times with its own `clock_gettime(CLOCK_MONOTONIC)`.
@@ -84,165 +89,6 @@ use crate::status::NtStatus;
 /// ```
 pub fn sampler_clock_ns() -> u64 {
     sys::monotonic_ns()
-}
-
-/// A target named to the builder.
-#[derive(Clone, Debug)]
-enum TargetSpec {
-    /// The calling process.
-    Current,
-    /// A process opened by the caller.
-    Process(Process),
-    /// A pid, opened at `build` like [`Process::open`].
-    Pid(u32),
-}
-
-/// Builds a [`Sampler`]: what to sample (processes or everything), with which source and interval, on which
-/// CPUs, and what each sample carries. Made by [`Sampler::builder`].
-///
-/// With no target and no [`global`](Self::global), the sampler samples the calling process.
-#[derive(Clone, Debug)]
-pub struct SamplerBuilder {
-    targets: Vec<TargetSpec>,
-    global: bool,
-    inherit: bool,
-    source: ProfileSource,
-    interval: Option<u32>,
-    cpus: Option<Vec<usize>>,
-    kernel: bool,
-    callchain: u16,
-    user_stack: u32,
-    sideband: bool,
-    ring_pages: Option<usize>,
-}
-
-impl Default for SamplerBuilder {
-    fn default() -> SamplerBuilder {
-        SamplerBuilder {
-            targets: Vec::new(),
-            global: false,
-            inherit: true,
-            source: ProfileSource::Time,
-            interval: None,
-            cpus: None,
-            kernel: false,
-            callchain: 0,
-            user_stack: 0,
-            sideband: true,
-            ring_pages: None,
-        }
-    }
-}
-
-impl SamplerBuilder {
-    /// Add a target process (repeatable: several processes).
-    pub fn process(mut self, process: &Process) -> Self {
-        self.targets.push(TargetSpec::Process(process.clone()));
-        self
-    }
-
-    /// Add a target process by Linux pid, opened at [`build`](Self::build) as [`Process::open`] opens it.
-    pub fn pid(mut self, pid: u32) -> Self {
-        self.targets.push(TargetSpec::Pid(pid));
-        self
-    }
-
-    /// Add the calling process: its threads, except the library's own (the profiles' consumer and jitter
-    /// threads).
-    pub fn current_process(mut self) -> Self {
-        self.targets.push(TargetSpec::Current);
-        self
-    }
-
-    /// Sample every process on the chosen CPUs. Needs the system-profile privilege, as a global profile:
-    /// `CAP_PERFMON`, `CAP_SYS_ADMIN` or `kernel.perf_event_paranoid <= 0`, else `STATUS_PRIVILEGE_NOT_HELD`.
-    /// Names no process besides (else `STATUS_INVALID_PARAMETER`).
-    pub fn global(mut self) -> Self {
-        self.global = true;
-        self
-    }
-
-    /// `true` (the default): every process the targets create (`fork`, `vfork`, `clone`, `posix_spawn`),
-    /// transitively, is sampled from its first instruction, with its threads. `false`: the targets' threads
-    /// only (those created later included), never their children.
-    pub fn inherit(mut self, follow_children: bool) -> Self {
-        self.inherit = follow_children;
-        self
-    }
-
-    /// The profile source (default [`ProfileSource::Time`]). A source that cannot be sampled here gives
-    /// `STATUS_NOT_SUPPORTED` at [`build`](Self::build).
-    pub fn source(mut self, source: ProfileSource) -> Self {
-        self.source = source;
-        self
-    }
-
-    /// The interval in the source's units (100 ns for the time sources, events otherwise); clamped into the
-    /// source's limits as `NtSetIntervalProfile` clamps. Default: the process's current interval for the
-    /// source ([`query_interval`](crate::query_interval)).
-    pub fn interval(mut self, interval: u32) -> Self {
-        self.interval = Some(interval);
-        self
-    }
-
-    /// The CPUs to sample on (default: every online CPU). A CPU that is not online gives
-    /// `STATUS_INVALID_PARAMETER`.
-    pub fn cpus(mut self, cpus: impl IntoIterator<Item = usize>) -> Self {
-        self.cpus = Some(cpus.into_iter().collect());
-        self
-    }
-
-    /// Sample kernel addresses too (default `false`). Needs `CAP_PERFMON`, `CAP_SYS_ADMIN` or
-    /// `kernel.perf_event_paranoid <= 1`, else `STATUS_PRIVILEGE_NOT_HELD`.
-    pub fn kernel(mut self, include_kernel: bool) -> Self {
-        self.kernel = include_kernel;
-        self
-    }
-
-    /// Record frame-pointer call chains of at most `max_frames` entries (capped by
-    /// `kernel.perf_event_max_stack`); 0 (the default) records none.
-    pub fn callchain(mut self, max_frames: u16) -> Self {
-        self.callchain = max_frames;
-        self
-    }
-
-    /// Copy the user registers (ip, sp, frame pointer) and `bytes` of the user stack from sp at each sample
-    /// (rounded up to 8, at most 65528, else `STATUS_INVALID_PARAMETER`): what a DWARF unwinder needs. 0 (the
-    /// default) copies nothing.
-    pub fn user_stack(mut self, bytes: u32) -> Self {
-        self.user_stack = bytes;
-        self
-    }
-
-    /// Side-band records (default `true`): [`Mmap`] for executable mappings (anonymous ones and regions made
-    /// executable by `mprotect` included), `Comm` (with the exec flag), `Fork`, `Exit`.
-    pub fn sideband(mut self, on: bool) -> Self {
-        self.sideband = on;
-        self
-    }
-
-    /// Data pages per CPU ring (a power of two, else `STATUS_INVALID_PARAMETER`). Default 128 (512 with
-    /// [`user_stack`](Self::user_stack)); halved while the locked-memory budget refuses the mapping.
-    pub fn ring_pages(mut self, pages: usize) -> Self {
-        self.ring_pages = Some(pages);
-        self
-    }
-
-    /// Open every event, disabled ([`Sampler::enable`] starts sampling).
-    ///
-    /// # Errors
-    /// In this order: `STATUS_INVALID_PARAMETER` (a global sampler naming processes, a CPU not online, a ring
-    /// size that is not a power of two, a user-stack size above 65528), `STATUS_NOT_SUPPORTED` (the source has
-    /// no perf event here, or a user-stack copy on an architecture without a register map),
-    /// `STATUS_PRIVILEGE_NOT_HELD` (global or kernel sampling without the privilege), `STATUS_INVALID_CID` (no
-    /// such pid), `STATUS_ACCESS_DENIED` (the caller may not profile a target), `STATUS_INSUFFICIENT_RESOURCES`
-    /// (descriptors, memory or ring memory ran out: a passing shortage, never the arguments' fault).
-    ///
-    /// A target that exits before or while the events open is not an error: the sampler is built, and
-    /// [`Sampler::targets_exited`] is true once every target is gone.
-    pub fn build(self) -> Result<Sampler, Error> {
-        open::build(self)
-    }
 }
 
 /// One CPU's ring.
@@ -421,7 +267,7 @@ impl Sampler {
         let mut delivered = 0usize;
         for r in rings.iter_mut() {
             r.ring.drain_words(scratch, |words| {
-                let Some(record) = records::decode_record(words, *format) else {
+                let Some(record) = decode_record(words, *format) else {
                     return;
                 };
                 count(stats, &record);

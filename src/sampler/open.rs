@@ -1,242 +1,35 @@
-//! Building a sampler: the checks, in the order `SamplerBuilder::build` documents them, then the events, opened
-//! target by target in stable passes (scan the threads, open every event, scan again; a thread that appeared
-//! meanwhile discards the pass), with one ring per CPU within the locked-memory budget.
+//! Opening a sampler's events, target by target in stable passes (scan the threads, open every event, scan
+//! again; a thread that appeared meanwhile discards the pass), with one ring per CPU within the locked-memory
+//! budget; and the errors of a refused system call while doing so.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::os::fd::{AsFd, OwnedFd};
 
 use nix::errno::Errno;
 
-use super::{CpuRing, Sampler, SamplerBuilder, TargetSpec};
-use crate::affinity::{CpuSet, online_cpus};
+use super::CpuRing;
+use crate::affinity::CpuSet;
 use crate::api::Process;
 use crate::error::Error;
 use crate::perf::event;
 use crate::perf::proc;
-use crate::perf::records::{self, MAX_STACK_USER, SamplerEventParams, USER_REGS_MASK};
 use crate::perf::ring::{Ring, SampleLayout, page_size};
-use crate::perf::sys::{self, Epoll, Tid};
+use crate::perf::sampler_event::{SamplerEventParams, open_sampler_event};
+use crate::perf::sys::{self, Tid};
 use crate::source;
 use crate::status::NtStatus;
-use crate::target::{has_system_profile_privilege, may_sample_kernel, perf_event_paranoid};
+use crate::target::perf_event_paranoid;
 
-/// Default data pages per ring: 128 pages (512 KiB), what `kernel.perf_event_mlock_kb`'s default (516 KiB per
-/// CPU) allows an unprivileged user for one ring per CPU.
-pub(super) const DEFAULT_RING_PAGES: usize = 128;
-/// Default data pages per ring with a user-stack copy: each sample may carry up to 64 KiB.
-pub(super) const DEFAULT_STACK_RING_PAGES: usize = 512;
-/// The largest ring a caller may ask for: 2^20 pages (4 GiB with 4 KiB pages).
-pub(super) const MAX_RING_PAGES: usize = 1 << 20;
 /// How many times a target's pass is done again because threads appeared meanwhile.
 const RESCAN_LIMIT: usize = 64;
-/// `kernel.perf_event_max_stack`'s default, when the sysctl cannot be read.
-const DEFAULT_MAX_STACK: u32 = 127;
 
 /// A target after its pid was opened.
-enum Target {
+pub(super) enum Target {
     Current,
     Process(Process),
 }
 
-pub(super) fn build(b: SamplerBuilder) -> Result<Sampler, Error> {
-    // 1. The arguments.
-    if b.global && !b.targets.is_empty() {
-        return Err(Error::new(
-            NtStatus::INVALID_PARAMETER,
-            "a global sampler samples every process: name no process as well (drop process(), pid() and \
-             current_process(), or global())",
-        ));
-    }
-    let online = online_cpus();
-    let cpus = match &b.cpus {
-        None => online.clone(),
-        Some(list) => {
-            let set = CpuSet::from_cpus(list.iter().copied());
-            if set.is_empty() || !set.is_subset(&online) {
-                return Err(Error::new(
-                    NtStatus::INVALID_PARAMETER,
-                    format!(
-                        "the CPUs {list:?} are not all online (online CPUs: {:?}): name online CPUs, or none \
-                         for all of them",
-                        online.iter().collect::<Vec<_>>()
-                    ),
-                ));
-            }
-            set
-        }
-    };
-    if let Some(pages) = b.ring_pages
-        && (!pages.is_power_of_two() || pages > MAX_RING_PAGES)
-    {
-        return Err(Error::new(
-            NtStatus::INVALID_PARAMETER,
-            format!("ring_pages {pages} is not a power of two between 1 and {MAX_RING_PAGES}"),
-        ));
-    }
-    if b.user_stack > MAX_STACK_USER {
-        return Err(Error::new(
-            NtStatus::INVALID_PARAMETER,
-            format!(
-                "user_stack {} bytes is above the kernel's limit of {MAX_STACK_USER} bytes per sample",
-                b.user_stack
-            ),
-        ));
-    }
-    let stack_user = b.user_stack.next_multiple_of(8);
-
-    // 2. The source.
-    let src = b.source;
-    let spec = src.perf_event().ok_or_else(|| {
-        Error::new(
-            NtStatus::NOT_SUPPORTED,
-            format!(
-                "{} has no perf event on Linux: use a source that has one (ProfileSource::Time, TaskClock, \
-                 PageFaults, ...; see list_sources)",
-                src.name()
-            ),
-        )
-    })?;
-    let support = src.support();
-    if !support.is_supported() {
-        return Err(Error::new(
-            support.status(),
-            format!(
-                "{} cannot be sampled here: {} (use ProfileSource::Time or another software source where no \
-                 PMU exists; see list_sources)",
-                src.name(),
-                support.reason()
-            ),
-        ));
-    }
-    if stack_user > 0 && USER_REGS_MASK == 0 {
-        return Err(Error::new(
-            NtStatus::NOT_SUPPORTED,
-            "a user-stack copy needs the register map of x86-64 or AArch64: use callchain() instead",
-        ));
-    }
-
-    // 3. Privileges.
-    if b.global && !has_system_profile_privilege() {
-        return Err(Error::new(
-            NtStatus::PRIVILEGE_NOT_HELD,
-            format!(
-                "a global sampler (every process) needs CAP_PERFMON, CAP_SYS_ADMIN or \
-                 kernel.perf_event_paranoid <= 0 (it is {}): run with the capability, or sample processes",
-                perf_event_paranoid()
-            ),
-        ));
-    }
-    if b.kernel && !may_sample_kernel() {
-        return Err(Error::new(
-            NtStatus::PRIVILEGE_NOT_HELD,
-            format!(
-                "sampling kernel addresses needs CAP_PERFMON, CAP_SYS_ADMIN or kernel.perf_event_paranoid <= 1 \
-                 (it is {}): run with the capability, or drop kernel(true)",
-                perf_event_paranoid()
-            ),
-        ));
-    }
-
-    // 4. The targets, each process once.
-    let mut targets: Vec<Target> = Vec::new();
-    let mut pids: Vec<u32> = Vec::new();
-    let me = std::process::id();
-    let specs = if b.targets.is_empty() && !b.global {
-        vec![TargetSpec::Current]
-    } else {
-        b.targets.clone()
-    };
-    for spec in specs {
-        let target = match spec {
-            TargetSpec::Current => Target::Current,
-            TargetSpec::Process(p) if p.pid() == me => Target::Current,
-            TargetSpec::Process(p) => Target::Process(p),
-            TargetSpec::Pid(pid) if pid == me => Target::Current,
-            TargetSpec::Pid(pid) => Target::Process(Process::open(pid)?),
-        };
-        let pid = match &target {
-            Target::Current => me,
-            Target::Process(p) => p.pid(),
-        };
-        if !pids.contains(&pid) {
-            pids.push(pid);
-            targets.push(target);
-        }
-    }
-
-    // 5. The events.
-    let interval = match b.interval {
-        Some(i) => src.clamp_interval(i),
-        None => source::effective_interval(src),
-    };
-    let kernel_max = proc::perf_event_max_stack().unwrap_or(DEFAULT_MAX_STACK);
-    let max_stack =
-        u16::try_from(u32::from(b.callchain).min(kernel_max.max(1))).unwrap_or(u16::MAX);
-    let pages = b.ring_pages.unwrap_or(if stack_user > 0 {
-        DEFAULT_STACK_RING_PAGES
-    } else {
-        DEFAULT_RING_PAGES
-    });
-    let params = SamplerEventParams {
-        spec,
-        period: src.period_for(interval),
-        exclude_kernel: !b.kernel,
-        inherit: !b.global,
-        inherit_thread: !b.inherit,
-        sideband: b.sideband,
-        max_stack: if b.callchain == 0 { 0 } else { max_stack },
-        stack_user,
-        wakeup_watermark: watermark_for(pages),
-    };
-    let mut opener = Opener::new(params, &cpus, pages);
-    let mut processes = Vec::new();
-    if b.global {
-        opener.observe(Tid::ALL_TASKS, Who::Global)?;
-    } else {
-        for target in targets {
-            match target {
-                Target::Current => {
-                    let own = crate::engine::own_tids();
-                    opener.open_target(&Target::Current, &own)?;
-                }
-                Target::Process(p) => {
-                    opener.open_target(&Target::Process(p.clone()), &[])?;
-                    processes.push(p);
-                }
-            }
-        }
-    }
-    let epoll = Epoll::new().map_err(|e| shortage(e, "an epoll descriptor"))?;
-    for (i, fd) in opener.fds.iter().enumerate() {
-        epoll
-            .add(fd.as_raw_fd(), i as u64)
-            .map_err(|e| shortage(e, "the epoll set of the sampler's events"))?;
-    }
-    let hup = (0..opener.fds.len())
-        .map(|_| AtomicBool::new(false))
-        .collect();
-    let format = records::format_of(&opener.params);
-    let watermark = opener.params.wakeup_watermark as u64;
-    Ok(Sampler {
-        fds: opener.fds,
-        rings: opener.rings,
-        epoll,
-        hup,
-        hung_up: AtomicUsize::new(0),
-        per_task: !b.global,
-        scratch: vec![0u64; Ring::MAX_RECORD_WORDS].into_boxed_slice(),
-        format,
-        watermark,
-        stats: Default::default(),
-        interval,
-        source: src,
-        owner: me,
-        _processes: processes,
-    })
-}
-
 /// A passing shortage of the process or the system while creating `what`.
-fn shortage(errno: Errno, what: &str) -> Error {
+pub(super) fn shortage(errno: Errno, what: &str) -> Error {
     Error::new(
         NtStatus::INSUFFICIENT_RESOURCES,
         format!(
@@ -247,7 +40,7 @@ fn shortage(errno: Errno, what: &str) -> Error {
 }
 
 /// The wake-up watermark for a ring of `pages` data pages: a quarter of it.
-fn watermark_for(pages: usize) -> usize {
+pub(super) fn watermark_for(pages: usize) -> usize {
     pages * page_size() / 4
 }
 
@@ -260,13 +53,13 @@ enum Who {
 }
 
 /// The events opened so far.
-struct Opener {
-    params: SamplerEventParams,
+pub(super) struct Opener {
+    pub(super) params: SamplerEventParams,
     cpus: Vec<usize>,
     /// Data pages of the next ring (shrunk when the budget refused a larger one).
     pages: usize,
-    fds: Vec<OwnedFd>,
-    rings: Vec<CpuRing>,
+    pub(super) fds: Vec<OwnedFd>,
+    pub(super) rings: Vec<CpuRing>,
     /// Per CPU of `cpus`: the index in `fds` of the event that owns its ring.
     owner: Vec<Option<usize>>,
     raised_nofile: bool,
@@ -279,7 +72,7 @@ struct Checkpoint {
 }
 
 impl Opener {
-    fn new(params: SamplerEventParams, cpus: &CpuSet, pages: usize) -> Opener {
+    pub(super) fn new(params: SamplerEventParams, cpus: &CpuSet, pages: usize) -> Opener {
         let cpus: Vec<usize> = cpus.iter().collect();
         let owner = vec![None; cpus.len()];
         Opener {
@@ -291,6 +84,33 @@ impl Opener {
             owner,
             raised_nofile: false,
         }
+    }
+
+    /// Open the events of every target (or, `global`, of every task on each CPU); the target processes are
+    /// returned, to be kept open for the sampler's life. The library's own threads are never observed.
+    pub(super) fn open_all(
+        &mut self,
+        global: bool,
+        targets: Vec<Target>,
+    ) -> Result<Vec<Process>, Error> {
+        let mut processes = Vec::new();
+        if global {
+            self.observe(Tid::ALL_TASKS, Who::Global)?;
+            return Ok(processes);
+        }
+        for target in targets {
+            match target {
+                Target::Current => {
+                    let own = crate::engine::own_tids();
+                    self.open_target(&Target::Current, &own)?;
+                }
+                Target::Process(p) => {
+                    self.open_target(&Target::Process(p.clone()), &[])?;
+                    processes.push(p);
+                }
+            }
+        }
+        Ok(processes)
     }
 
     fn checkpoint(&self) -> Checkpoint {
@@ -379,7 +199,7 @@ impl Opener {
     fn open_one(&mut self, tid: Tid, cpu: usize, who: Who) -> Result<Option<OwnedFd>, Error> {
         let mut interrupted = 0;
         loop {
-            match records::open_sampler_event(&self.params, tid, cpu) {
+            match open_sampler_event(&self.params, tid, cpu) {
                 Ok(fd) => return Ok(Some(fd)),
                 Err(Errno::ESRCH) if tid != Tid::ALL_TASKS => return Ok(None),
                 Err(Errno::EINTR) if interrupted < 3 => interrupted += 1,

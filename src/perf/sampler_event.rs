@@ -1,0 +1,133 @@
+//! The sampler extension's perf events: what they record ([`SamplerEventParams`]), opening one (samples with
+//! tid, time, cpu, optional call chain, user registers and user stack; side-band records of mappings,
+//! comm/exec, fork and exit), and the sample layout that follows ([`SampleFormat`]).
+//!
+//! Every layout and flag comes from `perf-event-open-sys2`'s bindings of `<linux/perf_event.h>`.
+//!
+//! # Safety
+//! One `unsafe` block: taking ownership of the descriptor perf-event2's `Builder` opened.
+#![allow(unsafe_code)]
+
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
+
+use nix::errno::Errno;
+use perf_event::Builder;
+use perf_event_open_sys::bindings as b;
+
+use super::event::{PerfEventSpec, SpecEvent, errno_of};
+use super::sys::Tid;
+
+/// What a sampler's events record and how.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SamplerEventParams {
+    /// The event.
+    pub spec: PerfEventSpec,
+    /// Sample period (ns for timers, events otherwise).
+    pub period: u64,
+    /// `exclude_kernel` (and `exclude_callchain_kernel`).
+    pub exclude_kernel: bool,
+    /// `inherit`: tasks created by an observed task are observed too.
+    pub inherit: bool,
+    /// `inherit_thread`: only threads (`CLONE_THREAD`) inherit, not new processes.
+    pub inherit_thread: bool,
+    /// Side-band records: `mmap`, `mmap2`, `comm`, `comm_exec`, `task`.
+    pub sideband: bool,
+    /// `PERF_SAMPLE_CALLCHAIN` with `sample_max_stack` frames (0: no call chain).
+    pub max_stack: u16,
+    /// `PERF_SAMPLE_REGS_USER` (ip, sp, frame pointer) and `PERF_SAMPLE_STACK_USER` of this many bytes (a
+    /// multiple of 8; 0: neither).
+    pub stack_user: u32,
+    /// Wake-up watermark in bytes.
+    pub wakeup_watermark: usize,
+}
+
+/// The user registers a sample carries: the frame pointer, the stack pointer and the instruction pointer, in
+/// the order of their bits in the mask (ascending), which is the order the kernel writes them in.
+#[cfg(target_arch = "x86_64")]
+pub const USER_REGS_MASK: u64 =
+    1 << b::PERF_REG_X86_BP | 1 << b::PERF_REG_X86_SP | 1 << b::PERF_REG_X86_IP;
+/// The user registers a sample carries (`x29`, `sp`, `pc`), in the order the kernel writes them.
+#[cfg(target_arch = "aarch64")]
+pub const USER_REGS_MASK: u64 =
+    1 << b::PERF_REG_ARM64_X29 | 1 << b::PERF_REG_ARM64_SP | 1 << b::PERF_REG_ARM64_PC;
+/// No user-register dump on this architecture (a sampler with a user stack is not supported here).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub const USER_REGS_MASK: u64 = 0;
+
+/// The largest user-stack copy the kernel accepts: below `u16::MAX` and a multiple of 8.
+pub const MAX_STACK_USER: u32 = 65_528;
+
+/// The sample layout of events opened with `params`: what follows the fixed fields of a sample.
+pub fn format_of(params: &SamplerEventParams) -> SampleFormat {
+    SampleFormat {
+        callchain: params.max_stack > 0,
+        user_stack: params.stack_user > 0,
+    }
+}
+
+/// Open one sampler event, disabled, for task `tid` (or [`Tid::ALL_TASKS`]) on CPU `cpu`: `sample_type`
+/// IP|TID|TIME|CPU (+CALLCHAIN, +REGS_USER|STACK_USER), `sample_id_all`, the monotonic clock, and the
+/// side-band flags of `params`.
+///
+/// # Errors
+/// The errno of `perf_event_open(2)`.
+pub fn open_sampler_event(
+    params: &SamplerEventParams,
+    tid: Tid,
+    cpu: usize,
+) -> Result<OwnedFd, Errno> {
+    let mut builder = Builder::new(SpecEvent(params.spec));
+    if tid == Tid::ALL_TASKS {
+        builder.any_pid();
+    } else {
+        builder.observe_pid(tid.0);
+    }
+    builder
+        .one_cpu(cpu)
+        .sample_period(params.period)
+        .exclude_kernel(params.exclude_kernel)
+        .exclude_hv(true)
+        .inherit(params.inherit)
+        .inherit_thread(params.inherit && params.inherit_thread)
+        .wakeup_watermark(params.wakeup_watermark)
+        .enabled(false);
+    let attr = builder.attrs_mut();
+    let mut sample_type = u64::from(b::PERF_SAMPLE_IP)
+        | u64::from(b::PERF_SAMPLE_TID)
+        | u64::from(b::PERF_SAMPLE_TIME)
+        | u64::from(b::PERF_SAMPLE_CPU);
+    if params.max_stack > 0 {
+        sample_type |= u64::from(b::PERF_SAMPLE_CALLCHAIN);
+        attr.sample_max_stack = params.max_stack;
+        attr.set_exclude_callchain_kernel(u64::from(params.exclude_kernel));
+    }
+    if params.stack_user > 0 {
+        sample_type |= u64::from(b::PERF_SAMPLE_REGS_USER) | u64::from(b::PERF_SAMPLE_STACK_USER);
+        attr.sample_regs_user = USER_REGS_MASK;
+        attr.sample_stack_user = params.stack_user;
+    }
+    attr.sample_type = sample_type;
+    attr.set_sample_id_all(1);
+    attr.set_use_clockid(1);
+    attr.clockid = libc::CLOCK_MONOTONIC;
+    let sideband = u64::from(params.sideband);
+    attr.set_mmap(sideband);
+    attr.set_mmap2(sideband);
+    attr.set_comm(sideband);
+    attr.set_comm_exec(sideband);
+    attr.set_task(sideband);
+    let counter = builder.build().map_err(|e| errno_of(&e))?;
+    let raw = counter.into_raw_fd();
+    // SAFETY: `into_raw_fd` hands us sole ownership of a valid, open descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// What follows the fixed fields (ip, pid/tid, time, cpu) of a sampler's sample.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct SampleFormat {
+    /// `PERF_SAMPLE_CALLCHAIN`: `nr`, then `nr` entries.
+    pub callchain: bool,
+    /// `PERF_SAMPLE_REGS_USER` with [`USER_REGS_MASK`] (`abi`, then three registers unless `abi` is NONE) and
+    /// `PERF_SAMPLE_STACK_USER` (`size`, `size` bytes, then `dyn_size` unless `size` is 0).
+    pub user_stack: bool,
+}

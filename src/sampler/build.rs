@@ -1,0 +1,240 @@
+//! Building a sampler: the checks, in the order `SamplerBuilder::build` documents them (arguments, source,
+//! privileges, targets), the parameters of its events, then the events themselves (opened by `open`), the
+//! epoll set over them and the sampler.
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+
+use super::open::{Opener, Target, shortage, watermark_for};
+use super::{Sampler, SamplerBuilder, TargetSpec};
+use crate::affinity::{CpuSet, online_cpus};
+use crate::api::Process;
+use crate::error::Error;
+use crate::perf::PerfEventSpec;
+use crate::perf::proc;
+use crate::perf::ring::Ring;
+use crate::perf::sampler_event::{self, MAX_STACK_USER, SamplerEventParams, USER_REGS_MASK};
+use crate::perf::sys::Epoll;
+use crate::source::{self, ProfileSource};
+use crate::status::NtStatus;
+use crate::target::{has_system_profile_privilege, may_sample_kernel, perf_event_paranoid};
+
+/// Default data pages per ring: 128 pages (512 KiB), what `kernel.perf_event_mlock_kb`'s default (516 KiB per
+/// CPU) allows an unprivileged user for one ring per CPU.
+const DEFAULT_RING_PAGES: usize = 128;
+/// Default data pages per ring with a user-stack copy: each sample may carry up to 64 KiB.
+const DEFAULT_STACK_RING_PAGES: usize = 512;
+/// The largest ring a caller may ask for: 2^20 pages (4 GiB with 4 KiB pages).
+const MAX_RING_PAGES: usize = 1 << 20;
+/// `kernel.perf_event_max_stack`'s default, when the sysctl cannot be read.
+const DEFAULT_MAX_STACK: u32 = 127;
+
+pub(super) fn build(b: SamplerBuilder) -> Result<Sampler, Error> {
+    let (cpus, stack_user) = check_arguments(&b)?;
+    let src = b.source;
+    let spec = check_source(src, stack_user)?;
+    check_privileges(&b)?;
+    let me = std::process::id();
+    let targets = targets_of(&b, me)?;
+    let (interval, params, pages) = event_params(&b, spec, stack_user);
+    let mut opener = Opener::new(params, &cpus, pages);
+    let processes = opener.open_all(b.global, targets)?;
+    let epoll = Epoll::new().map_err(|e| shortage(e, "an epoll descriptor"))?;
+    for (i, fd) in opener.fds.iter().enumerate() {
+        epoll
+            .add(fd.as_raw_fd(), i as u64)
+            .map_err(|e| shortage(e, "the epoll set of the sampler's events"))?;
+    }
+    let hup = (0..opener.fds.len())
+        .map(|_| AtomicBool::new(false))
+        .collect();
+    let format = sampler_event::format_of(&opener.params);
+    let watermark = opener.params.wakeup_watermark as u64;
+    Ok(Sampler {
+        fds: opener.fds,
+        rings: opener.rings,
+        epoll,
+        hup,
+        hung_up: AtomicUsize::new(0),
+        per_task: !b.global,
+        scratch: vec![0u64; Ring::MAX_RECORD_WORDS].into_boxed_slice(),
+        format,
+        watermark,
+        stats: Default::default(),
+        interval,
+        source: src,
+        owner: me,
+        _processes: processes,
+    })
+}
+
+/// Check 1, the arguments: the CPUs to sample (all online ones by default) and the user-stack copy's size
+/// rounded up to 8 bytes.
+fn check_arguments(b: &SamplerBuilder) -> Result<(CpuSet, u32), Error> {
+    if b.global && !b.targets.is_empty() {
+        return Err(Error::new(
+            NtStatus::INVALID_PARAMETER,
+            "a global sampler samples every process: name no process as well (drop process(), pid() and \
+             current_process(), or global())",
+        ));
+    }
+    let online = online_cpus();
+    let cpus = match &b.cpus {
+        None => online.clone(),
+        Some(list) => {
+            let set = CpuSet::from_cpus(list.iter().copied());
+            if set.is_empty() || !set.is_subset(&online) {
+                return Err(Error::new(
+                    NtStatus::INVALID_PARAMETER,
+                    format!(
+                        "the CPUs {list:?} are not all online (online CPUs: {:?}): name online CPUs, or none \
+                         for all of them",
+                        online.iter().collect::<Vec<_>>()
+                    ),
+                ));
+            }
+            set
+        }
+    };
+    if let Some(pages) = b.ring_pages
+        && (!pages.is_power_of_two() || pages > MAX_RING_PAGES)
+    {
+        return Err(Error::new(
+            NtStatus::INVALID_PARAMETER,
+            format!("ring_pages {pages} is not a power of two between 1 and {MAX_RING_PAGES}"),
+        ));
+    }
+    if b.user_stack > MAX_STACK_USER {
+        return Err(Error::new(
+            NtStatus::INVALID_PARAMETER,
+            format!(
+                "user_stack {} bytes is above the kernel's limit of {MAX_STACK_USER} bytes per sample",
+                b.user_stack
+            ),
+        ));
+    }
+    let stack_user = b.user_stack.next_multiple_of(8);
+    Ok((cpus, stack_user))
+}
+
+/// Check 2, the source: its perf event, when it has one and it can be sampled here.
+fn check_source(src: ProfileSource, stack_user: u32) -> Result<PerfEventSpec, Error> {
+    let spec = src.perf_event().ok_or_else(|| {
+        Error::new(
+            NtStatus::NOT_SUPPORTED,
+            format!(
+                "{} has no perf event on Linux: use a source that has one (ProfileSource::Time, TaskClock, \
+                 PageFaults, ...; see list_sources)",
+                src.name()
+            ),
+        )
+    })?;
+    let support = src.support();
+    if !support.is_supported() {
+        return Err(Error::new(
+            support.status(),
+            format!(
+                "{} cannot be sampled here: {} (use ProfileSource::Time or another software source where no \
+                 PMU exists; see list_sources)",
+                src.name(),
+                support.reason()
+            ),
+        ));
+    }
+    if stack_user > 0 && USER_REGS_MASK == 0 {
+        return Err(Error::new(
+            NtStatus::NOT_SUPPORTED,
+            "a user-stack copy needs the register map of x86-64 or AArch64: use callchain() instead",
+        ));
+    }
+    Ok(spec)
+}
+
+/// Check 3, privileges: a global sampler and kernel addresses need them.
+fn check_privileges(b: &SamplerBuilder) -> Result<(), Error> {
+    if b.global && !has_system_profile_privilege() {
+        return Err(Error::new(
+            NtStatus::PRIVILEGE_NOT_HELD,
+            format!(
+                "a global sampler (every process) needs CAP_PERFMON, CAP_SYS_ADMIN or \
+                 kernel.perf_event_paranoid <= 0 (it is {}): run with the capability, or sample processes",
+                perf_event_paranoid()
+            ),
+        ));
+    }
+    if b.kernel && !may_sample_kernel() {
+        return Err(Error::new(
+            NtStatus::PRIVILEGE_NOT_HELD,
+            format!(
+                "sampling kernel addresses needs CAP_PERFMON, CAP_SYS_ADMIN or kernel.perf_event_paranoid <= 1 \
+                 (it is {}): run with the capability, or drop kernel(true)",
+                perf_event_paranoid()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Check 4, the targets, each process once (`me`, the calling process, is the current process however named):
+/// the calling process when none is named and the sampler is not global.
+fn targets_of(b: &SamplerBuilder, me: u32) -> Result<Vec<Target>, Error> {
+    let mut targets: Vec<Target> = Vec::new();
+    let mut pids: Vec<u32> = Vec::new();
+    let specs = if b.targets.is_empty() && !b.global {
+        vec![TargetSpec::Current]
+    } else {
+        b.targets.clone()
+    };
+    for spec in specs {
+        let target = match spec {
+            TargetSpec::Current => Target::Current,
+            TargetSpec::Process(p) if p.pid() == me => Target::Current,
+            TargetSpec::Process(p) => Target::Process(p),
+            TargetSpec::Pid(pid) if pid == me => Target::Current,
+            TargetSpec::Pid(pid) => Target::Process(Process::open(pid)?),
+        };
+        let pid = match &target {
+            Target::Current => me,
+            Target::Process(p) => p.pid(),
+        };
+        if !pids.contains(&pid) {
+            pids.push(pid);
+            targets.push(target);
+        }
+    }
+    Ok(targets)
+}
+
+/// What the events record: the interval (the builder's, clamped, or the source's), the events' parameters and
+/// the data pages of each ring.
+fn event_params(
+    b: &SamplerBuilder,
+    spec: PerfEventSpec,
+    stack_user: u32,
+) -> (u32, SamplerEventParams, usize) {
+    let src = b.source;
+    let interval = match b.interval {
+        Some(i) => src.clamp_interval(i),
+        None => source::effective_interval(src),
+    };
+    let kernel_max = proc::perf_event_max_stack().unwrap_or(DEFAULT_MAX_STACK);
+    let max_stack =
+        u16::try_from(u32::from(b.callchain).min(kernel_max.max(1))).unwrap_or(u16::MAX);
+    let pages = b.ring_pages.unwrap_or(if stack_user > 0 {
+        DEFAULT_STACK_RING_PAGES
+    } else {
+        DEFAULT_RING_PAGES
+    });
+    let params = SamplerEventParams {
+        spec,
+        period: src.period_for(interval),
+        exclude_kernel: !b.kernel,
+        inherit: !b.global,
+        inherit_thread: !b.inherit,
+        sideband: b.sideband,
+        max_stack: if b.callchain == 0 { 0 } else { max_stack },
+        stack_user,
+        wakeup_watermark: watermark_for(pages),
+    };
+    (interval, params, pages)
+}
