@@ -92,6 +92,11 @@ struct seen {
     ULONG child_samples;
     ULONG grandchild_samples;
     ULONG other_samples;
+    /* Samples of processes other than the child, by pid: classified once every record is read, since rings are
+       per CPU and a grandchild's samples may be read from one ring before its Fork record from another. */
+    ULONG pid[16];
+    ULONG pid_samples[16];
+    ULONG pids;
     ULONG samples;
     ULONG records;
     ULONG exits;          /* Exit records of a main thread of the tree */
@@ -105,12 +110,17 @@ static VOID NTAPI on_record(const NTPROFILE_RECORD *r, PVOID context)
     switch (r->Type) {
     case NtprofileRecordSample:
         s->samples++;
-        if (r->Pid == s->child)
+        if (r->Pid == s->child) {
             s->child_samples++;
-        else if (s->grandchild && r->Pid == s->grandchild)
-            s->grandchild_samples++;
-        else
-            s->other_samples++;
+        } else {
+            ULONG i = 0;
+            while (i < s->pids && s->pid[i] != r->Pid) i++;
+            if (i == s->pids && s->pids < 16) s->pid[s->pids++] = r->Pid;
+            if (i < s->pids)
+                s->pid_samples[i]++;
+            else
+                s->other_samples++; /* a 17th process: only the child and the grandchild are sampled */
+        }
         if (r->Time == 0 || r->Address == 0) s->bad++;
         break;
     case NtprofileRecordFork:
@@ -126,6 +136,19 @@ static VOID NTAPI on_record(const NTPROFILE_RECORD *r, PVOID context)
     default:
         break;
     }
+}
+
+/* Once every record is read: the samples of processes other than the child are the grandchild's (named by its
+   Fork record) or another process's. */
+static void classify(struct seen *s)
+{
+    for (ULONG i = 0; i < s->pids; i++) {
+        if (s->grandchild && s->pid[i] == s->grandchild)
+            s->grandchild_samples += s->pid_samples[i];
+        else
+            s->other_samples += s->pid_samples[i];
+    }
+    s->pids = 0;
 }
 
 static NTPROFILE_SAMPLER_CONFIG config_for(const ULONG *pids, ULONG count)
@@ -172,6 +195,7 @@ int main(void)
            STATUS_SUCCESS);
     EXPECT("NtprofileQuerySamplerStatistics", NtprofileQuerySamplerStatistics(sampler, &stats), STATUS_SUCCESS);
     waitpid(child, NULL, 0);
+    classify(&seen);
     printf("child %u: %u samples; grandchild %u: %u samples; other %u; %u records\n", (unsigned)child,
            (unsigned)seen.child_samples, (unsigned)seen.grandchild, (unsigned)seen.grandchild_samples,
            (unsigned)seen.other_samples, (unsigned)seen.records);
@@ -264,6 +288,7 @@ int main(void)
     memset(&seen, 0, sizeof seen);
     seen.child = (ULONG)getpid();
     EXPECT("NtprofileReadSampler(current)", NtprofileReadSampler(h, 0, on_record, &seen, NULL), STATUS_SUCCESS);
+    classify(&seen);
     CHECK("own samples", seen.child_samples >= 100 && seen.other_samples == 0, "%u own, %u other",
           (unsigned)seen.child_samples, (unsigned)seen.other_samples);
     EXPECT("NtClose", NtClose(h), STATUS_SUCCESS);
