@@ -69,6 +69,7 @@ mod handles;
 mod modules;
 mod perf;
 pub mod profile;
+pub mod sampler;
 pub mod source;
 pub mod status;
 mod status_message;
@@ -85,6 +86,10 @@ pub use modules::{
     kernel_symbols, modules,
 };
 pub use profile::ProfileStats;
+pub use sampler::{
+    CallchainContext, Mmap, Sample, SampleRecord, Sampler, SamplerBuilder, SamplerStats, UserRegs,
+    sampler_clock_ns,
+};
 pub use source::{
     IntervalUnit, PerfEventSpec, ProfileSource, SourceInfo, Support, list_sources,
     register_raw_source,

@@ -22,7 +22,7 @@ const LAYERS: &[&[&str]] = &[
     &["profile"],
     &["handles"],
     &["fork"],
-    &["api", "ffi", "fuzzing"],
+    &["api", "ffi", "fuzzing", "sampler"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -10,9 +10,9 @@ use crate::report::Expectation;
 
 /// ntprof - a kernrate-like profiler built on ntprofile (the Windows NT profile API on Linux perf_event).
 ///
-/// `ntprof record -- CMD` profiles a command from its first instruction to its exit, module by module (the
-/// executable and every shared library, those loaded later with dlopen included), and prints where the time
-/// went: modules, functions and source lines.
+/// `ntprof record -- CMD` profiles a command and every process it starts from their first instruction to the
+/// command's exit, module by module (executables, shared libraries, those loaded later with dlopen, JIT code
+/// named by perf map files), and prints where the time went: processes, commands, modules, functions, lines.
 #[derive(Debug, Parser)]
 #[command(name = "ntprof", version, about, long_about = None, propagate_version = true)]
 pub struct Cli {
@@ -24,11 +24,11 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run a command and profile it from its first instruction to its exit (or, with --kernel, profile the
-    /// kernel).
+    /// Run a command and profile it, with every process it starts, from its first instruction to its exit (or,
+    /// with --kernel, profile the kernel).
     #[command(after_help = RECORD_AFTER_HELP)]
     Record(RecordArgs),
-    /// Profile a running process until --duration ends, Ctrl-C, or the process exits.
+    /// Profile running processes (and those they start) until --duration ends, Ctrl-C, or they exit.
     Attach(AttachArgs),
     /// List every profile source, whether it can be sampled here (and why not), its intervals and perf event.
     Sources,
@@ -41,6 +41,9 @@ pub enum Command {
 const RECORD_AFTER_HELP: &str = "\
 Examples:
   ntprof record -- ./prog arg1 arg2          profile ./prog, report modules, functions, lines
+  ntprof record -- make -j2                  make and every process it starts (sh, cc1, as, ld, ...)
+  ntprof record --no-inherit -- sh -c CMD    the shell alone, not its children
+  ntprof record -- node --perf-basic-prof app.js   JIT code named from /tmp/perf-PID.map
   ntprof record --source Timer,page-faults -- ./prog
   ntprof record --module prog --module libfoo.so -- ./prog
   ntprof record --kernel --duration 5        the kernel and its modules, system-wide (needs CAP_PERFMON)
@@ -60,10 +63,17 @@ pub struct ProfileArgs {
     /// (repeatable: --interval 1000 --interval page-faults=16). Default: the source's default.
     #[arg(short = 'i', long = "interval", value_name = "[SOURCE=]N", value_parser = parse_interval_arg)]
     pub intervals: Vec<IntervalArg>,
-    /// BucketSize: log2 of the bucket size in bytes, 2 (4-byte buckets) ..= 31.
-    #[arg(short = 'b', long, value_name = "LOG2", default_value_t = 4,
-          value_parser = clap::value_parser!(u32).range(2..=31))]
-    pub bucket: u32,
+    /// Address granularity: log2 of the bucket size in bytes (0 ..= 31) at which sampled addresses are
+    /// aggregated into the report's buckets and lines. Default: exact (every address on its own, as the kernel
+    /// reports it).
+    #[arg(short = 'b', long, value_name = "LOG2",
+          value_parser = clap::value_parser!(u32).range(0..=31))]
+    pub bucket: Option<u32>,
+    /// Profile CMD (or the attached processes) alone, not the processes they start (perf's option name). By
+    /// default every process started, transitively (fork, vfork, clone, posix_spawn, exec), is profiled from
+    /// its first instruction.
+    #[arg(long)]
+    pub no_inherit: bool,
     /// Randomize each sample period by up to +- PERCENT % (0..=90) so that periodic work cannot alias with it.
     #[arg(long, value_name = "PERCENT", default_value_t = 0,
           value_parser = clap::value_parser!(u32).range(0..=90))]
@@ -81,10 +91,10 @@ pub struct ProfileArgs {
     /// Also profile a raw address range START-END (hexadecimal, end exclusive); repeatable.
     #[arg(long = "range", value_name = "START-END", value_parser = parse_range)]
     pub ranges: Vec<AddrRange>,
-    /// How often the process's mappings are read for libraries loaded later (dlopen), in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 10,
-          value_parser = clap::value_parser!(u64).range(1..=1000))]
-    pub poll_ms: u64,
+    /// No longer needed, accepted for old scripts: the kernel reports every mapping (libraries, dlopen, JIT
+    /// code) as it is made, so nothing is polled.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=1000), hide_short_help = true)]
+    pub poll_ms: Option<u64>,
 }
 
 /// `ntprof record`.
@@ -111,9 +121,11 @@ pub struct RecordArgs {
 /// `ntprof attach`.
 #[derive(Debug, Clone, Args)]
 pub struct AttachArgs {
-    /// The process to profile.
-    #[arg(short = 'p', long, value_name = "PID", value_parser = clap::value_parser!(u32).range(1..))]
-    pub pid: u32,
+    /// The process to profile, or a comma list of them (--pid 12,34); the processes they start while attached
+    /// are profiled too, unless --no-inherit.
+    #[arg(short = 'p', long, value_name = "PID[,PID...]", value_delimiter = ',', required = true,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub pid: Vec<u32>,
     /// How long to profile, in seconds (default: until Ctrl-C or the process exits).
     #[arg(short = 'd', long, value_name = "S", value_parser = parse_duration)]
     pub duration: Option<f64>,
@@ -362,7 +374,7 @@ mod tests {
                 r.profile.interval_for(ProfileSource::Time),
                 r.profile.bucket
             ),
-            (Some(2000), 2)
+            (Some(2000), Some(2))
         );
         assert_eq!(r.profile.cpus, Some(CpuList(vec![0, 1])));
         assert_eq!(

@@ -66,6 +66,16 @@ pub(crate) fn lock() -> MutexGuard<'static, Engine> {
     ENGINE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The library's own threads now (the consumer and the jitter thread, when they run): a sampler of the calling
+/// process never observes them.
+pub(crate) fn own_tids() -> Vec<crate::perf::sys::Tid> {
+    lock()
+        .threads
+        .as_ref()
+        .map(Threads::own_tids)
+        .unwrap_or_default()
+}
+
 /// The started-profile limit now: 8192 × online processors.
 pub fn started_limit() -> usize {
     STARTED_PER_CPU * online_cpus().len()

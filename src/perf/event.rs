@@ -113,13 +113,13 @@ impl PerfEventSpec {
 }
 
 /// The errno of an error perf-event2 returned (EINVAL when it carries none).
-fn errno_of(e: &std::io::Error) -> Errno {
+pub(super) fn errno_of(e: &std::io::Error) -> Errno {
     e.raw_os_error().map_or(Errno::EINVAL, Errno::from_raw)
 }
 
 /// The event of a source, as a perf-event2 `Event`: sets `type` and the three config words.
 #[derive(Clone, Copy, Debug)]
-struct SpecEvent(PerfEventSpec);
+pub(super) struct SpecEvent(pub(super) PerfEventSpec);
 
 impl Event for SpecEvent {
     fn update_attrs(self, attr: &mut perf_event_open_sys::bindings::perf_event_attr) {

@@ -8,7 +8,8 @@
 //! - [`event`]: [`PerfEventSpec`], opening events, the precise-ip step-down, the perf ioctls;
 //! - [`ring`]: the mmap ring and its record decoder;
 //! - [`sys`]: [`Tid`], epoll, eventfd, signals, fork handlers, pidfds, rlimits, own-memory reads and writes;
-//! - [`proc`]: `/proc` and `/sys` reads.
+//! - [`proc`]: `/proc` and `/sys` reads;
+//! - [`records`]: the sampler extension's events and the decoder of their records.
 //!
 //! # Safety
 //! Each file that needs `unsafe` allows it itself, under its own `# Safety` note; every `unsafe` block carries a
@@ -19,6 +20,7 @@ pub mod event;
 /// This process's loaded objects from the dynamic loader (`dl_iterate_phdr`), for the module listing.
 pub(crate) mod loader;
 pub mod proc;
+pub mod records;
 pub mod ring;
 pub mod sys;
 

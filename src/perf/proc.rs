@@ -82,3 +82,9 @@ pub fn online_cpu_list() -> Option<String> {
 fn read_number<T: std::str::FromStr>(path: &str) -> Option<T> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
+
+/// `kernel.perf_event_max_stack` now (the most call-chain entries a sample may ask for), or `None` when
+/// unreadable.
+pub fn perf_event_max_stack() -> Option<u32> {
+    read_number("/proc/sys/kernel/perf_event_max_stack")
+}

@@ -277,6 +277,64 @@ impl Ring {
     }
 }
 
+impl Ring {
+    /// The largest record the kernel writes, in 8-byte words: a header's size is a `u16` of bytes. A scratch
+    /// buffer of this many words holds any record that wraps round the ring's end.
+    pub const MAX_RECORD_WORDS: usize = (u16::MAX as usize) / 8;
+
+    /// Hand every whole record between `data_tail` and `data_head` to `sink` as its 8-byte words (header
+    /// included), then give the space back. A record that lies in one piece is borrowed from the mapping; one
+    /// that wraps round the ring's end is copied into `scratch` (at least [`Ring::MAX_RECORD_WORDS`] words) and
+    /// borrowed from there: no allocation. Returns the number of records.
+    ///
+    /// A header that is torn or corrupt (size below 8, not a multiple of 8, past `head`) ends the pass at `head`,
+    /// as [`decode`] does; so does a `head` more than a ring's length ahead of `tail`.
+    pub fn drain_words(&mut self, scratch: &mut [u64], mut sink: impl FnMut(&[u64])) -> u64 {
+        assert!(scratch.len() >= Ring::MAX_RECORD_WORDS);
+        // Acquire: pairs with the kernel's release store of `data_head`; every record before it is visible.
+        let head = self.head().load(Ordering::Acquire);
+        // Relaxed: only this thread writes `data_tail`.
+        let tail = self.tail().load(Ordering::Relaxed);
+        let ring_len = self.mask + 1;
+        let mut pos = tail;
+        let mut n = 0;
+        if pos % WORD != 0 || head.wrapping_sub(tail) > ring_len {
+            pos = head.max(tail);
+        }
+        while pos < head {
+            let header = self.word(pos);
+            let size = header >> SIZE_SHIFT;
+            if size < HEADER || size % WORD != 0 || size > head - pos {
+                pos = head;
+                break;
+            }
+            let start = pos & self.mask;
+            let words = (size / WORD) as usize;
+            if start + size <= ring_len {
+                // SAFETY: `data_offset + start` is inside the data area of the mapping (masked by its size).
+                let at = unsafe { self.base.add(self.data_offset + start as usize) };
+                // SAFETY: `words` 8-aligned u64s from `at` lie inside the data area (start + size <= its length),
+                // in [tail, head): the kernel finished writing them before its store of `data_head` (our Acquire
+                // load above) and writes there again only after we store a `data_tail` past them, below; the
+                // borrow ends with `sink`'s call.
+                let record = unsafe { std::slice::from_raw_parts(at.cast::<u64>(), words) };
+                sink(record);
+            } else {
+                for (i, w) in scratch[..words].iter_mut().enumerate() {
+                    *w = self.word(pos + i as u64 * WORD);
+                }
+                sink(&scratch[..words]);
+            }
+            n += 1;
+            pos += size;
+        }
+        // Release: our reads of the records happen-before the kernel reuses the space (it reads `data_tail`
+        // with a full barrier before writing over it).
+        self.tail().store(pos, Ordering::Release);
+        n
+    }
+}
+
 /// The record decoder, apart from the memory it reads (so that it can be fuzzed and run under Miri over a byte
 /// slice): decode the records at ring positions `[tail, head)`, reading 8-byte words with `word(pos)` (called
 /// only with 8-aligned positions in `[tail, head)`), hand each to `sink`. Returns the position reached (the new

@@ -278,3 +278,12 @@ pub fn effective_capabilities() -> Result<u64, Errno> {
     }
     Ok(u64::from(data[0].effective) | (u64::from(data[1].effective) << 32))
 }
+
+/// `CLOCK_MONOTONIC` now, in nanoseconds (the clock the sampler's events are opened with).
+pub fn monotonic_ns() -> u64 {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .unwrap_or(nix::sys::time::TimeSpec::new(0, 0));
+    (now.tv_sec() as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(now.tv_nsec() as u64)
+}

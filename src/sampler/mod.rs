@@ -1,0 +1,492 @@
+//! The sampler extension: perf_event sampling of whole process trees (or of everything) that hands the caller
+//! every decoded record — samples with pid, tid, time, CPU, ip, optionally the call chain and a copy of the user
+//! registers and stack, and the kernel's side-band records (executable mappings, comm/exec, fork, exit, lost,
+//! throttle).
+//!
+//! Why it exists: an NT profile counts one process's samples into bucket ranges. That cannot tell processes
+//! apart, learn mappings as they appear (a child's `exec`, a `dlopen`, JIT code), or keep call stacks. A
+//! profiler that follows a process tree (`ntprof`) needs the records themselves, and the kernel reports the
+//! tree's events itself (perf's side-band records), so nothing has to poll `/proc`. The NT calls are
+//! unchanged: a profile on a process still counts that process only.
+//!
+//! The caller drives the reading, like `perf record`'s poll loop: [`Sampler::wait`] blocks until a ring holds
+//! enough data (or every target exited, or a timeout), [`Sampler::read`] drains every ring once and calls the
+//! caller's function for each record. No thread of the library is involved.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use ntprofile::{Process, Sampler, SampleRecord};
+//!
+//! let child = std::process::Command::new("sh").args(["-c", "ls -R /usr >/dev/null"]).spawn()?;
+//! let process = Process::open(child.id())?;
+//! let mut sampler = Sampler::builder()
+//!     .process(&process)   // and, by default, every process it creates
+//!     .callchain(64)       // frame-pointer call chains
+//!     .build()?;
+//! sampler.enable()?;
+//! let mut samples = 0;
+//! while !sampler.targets_exited() {
+//!     sampler.wait(Duration::from_millis(100))?;
+//!     sampler.read(|record| match record {
+//!         SampleRecord::Sample(s) => { samples += 1; let _ = (s.pid, s.ip); }
+//!         SampleRecord::Comm { comm, exec: true, .. } => println!("exec {}", String::from_utf8_lossy(comm)),
+//!         _ => {}
+//!     })?;
+//! }
+//! sampler.read(|_| {})?; // the records written before the last exit
+//! println!("{samples} samples, {:?}", sampler.stats());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # How it maps onto perf_event
+//! For each target process, one event per (thread × CPU), with `inherit` (and, with `inherit(false)`,
+//! `inherit_thread`, so that only new threads are followed, not new processes); the first event of each CPU
+//! owns that CPU's ring and the others write into it (`PERF_EVENT_IOC_SET_OUTPUT`). Threads created while the
+//! events open are caught by scanning again until the thread list is stable (as the engine does). A global
+//! sampler opens one event per CPU for every task. Samples carry `IP|TID|TIME|CPU` (+`CALLCHAIN`,
+//! +`REGS_USER|STACK_USER`); every record carries pid, tid, time and CPU (`sample_id_all`); times are
+//! `CLOCK_MONOTONIC` nanoseconds ([`sampler_clock_ns`]).
+//!
+//! Rings: `ring_pages` data pages per CPU (default 128, 512 with a user-stack copy), halved while the
+//! locked-memory budget (`kernel.perf_event_mlock_kb` and `RLIMIT_MEMLOCK`) refuses the mapping; the wake-up
+//! watermark is a quarter of a ring, so a target that sleeps costs no wake-up at all.
+//!
+//! # Lifetime
+//! Dropping a sampler closes every event and unmaps every ring. A sampler is dead in a `fork()`ed child (its
+//! rings are not mapped there): every call returns `STATUS_INVALID_HANDLE`, and dropping it only closes the
+//! child's copies of the descriptors.
+
+mod open;
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+pub use crate::perf::records::{
+    CallchainContext, Mmap, Sample, SampleRecord, SamplerStats, UserRegs,
+};
+
+use crate::api::Process;
+use crate::error::Error;
+use crate::perf::records::{self, SampleFormat};
+use crate::perf::ring::Ring;
+use crate::perf::sys::{self, Epoll};
+use crate::source::ProfileSource;
+use crate::status::NtStatus;
+
+/// The clock of every record's `time`: `CLOCK_MONOTONIC` in nanoseconds (the events are opened with
+/// `use_clockid`), so that a caller can compare record times with its own `clock_gettime(CLOCK_MONOTONIC)`.
+///
+/// ```
+/// let a = ntprofile::sampler_clock_ns();
+/// let b = ntprofile::sampler_clock_ns();
+/// assert!(a > 0 && b >= a);
+/// ```
+pub fn sampler_clock_ns() -> u64 {
+    sys::monotonic_ns()
+}
+
+/// A target named to the builder.
+#[derive(Clone, Debug)]
+enum TargetSpec {
+    /// The calling process.
+    Current,
+    /// A process opened by the caller.
+    Process(Process),
+    /// A pid, opened at `build` like [`Process::open`].
+    Pid(u32),
+}
+
+/// Builds a [`Sampler`]: what to sample (processes or everything), with which source and interval, on which
+/// CPUs, and what each sample carries. Made by [`Sampler::builder`].
+///
+/// With no target and no [`global`](Self::global), the sampler samples the calling process.
+#[derive(Clone, Debug)]
+pub struct SamplerBuilder {
+    targets: Vec<TargetSpec>,
+    global: bool,
+    inherit: bool,
+    source: ProfileSource,
+    interval: Option<u32>,
+    cpus: Option<Vec<usize>>,
+    kernel: bool,
+    callchain: u16,
+    user_stack: u32,
+    sideband: bool,
+    ring_pages: Option<usize>,
+}
+
+impl Default for SamplerBuilder {
+    fn default() -> SamplerBuilder {
+        SamplerBuilder {
+            targets: Vec::new(),
+            global: false,
+            inherit: true,
+            source: ProfileSource::Time,
+            interval: None,
+            cpus: None,
+            kernel: false,
+            callchain: 0,
+            user_stack: 0,
+            sideband: true,
+            ring_pages: None,
+        }
+    }
+}
+
+impl SamplerBuilder {
+    /// Add a target process (repeatable: several processes).
+    pub fn process(mut self, process: &Process) -> Self {
+        self.targets.push(TargetSpec::Process(process.clone()));
+        self
+    }
+
+    /// Add a target process by Linux pid, opened at [`build`](Self::build) as [`Process::open`] opens it.
+    pub fn pid(mut self, pid: u32) -> Self {
+        self.targets.push(TargetSpec::Pid(pid));
+        self
+    }
+
+    /// Add the calling process: its threads, except the library's own (the profiles' consumer and jitter
+    /// threads).
+    pub fn current_process(mut self) -> Self {
+        self.targets.push(TargetSpec::Current);
+        self
+    }
+
+    /// Sample every process on the chosen CPUs. Needs the system-profile privilege, as a global profile:
+    /// `CAP_PERFMON`, `CAP_SYS_ADMIN` or `kernel.perf_event_paranoid <= 0`, else `STATUS_PRIVILEGE_NOT_HELD`.
+    /// Names no process besides (else `STATUS_INVALID_PARAMETER`).
+    pub fn global(mut self) -> Self {
+        self.global = true;
+        self
+    }
+
+    /// `true` (the default): every process the targets create (`fork`, `vfork`, `clone`, `posix_spawn`),
+    /// transitively, is sampled from its first instruction, with its threads. `false`: the targets' threads
+    /// only (those created later included), never their children.
+    pub fn inherit(mut self, follow_children: bool) -> Self {
+        self.inherit = follow_children;
+        self
+    }
+
+    /// The profile source (default [`ProfileSource::Time`]). A source that cannot be sampled here gives
+    /// `STATUS_NOT_SUPPORTED` at [`build`](Self::build).
+    pub fn source(mut self, source: ProfileSource) -> Self {
+        self.source = source;
+        self
+    }
+
+    /// The interval in the source's units (100 ns for the time sources, events otherwise); clamped into the
+    /// source's limits as `NtSetIntervalProfile` clamps. Default: the process's current interval for the
+    /// source ([`query_interval`](crate::query_interval)).
+    pub fn interval(mut self, interval: u32) -> Self {
+        self.interval = Some(interval);
+        self
+    }
+
+    /// The CPUs to sample on (default: every online CPU). A CPU that is not online gives
+    /// `STATUS_INVALID_PARAMETER`.
+    pub fn cpus(mut self, cpus: impl IntoIterator<Item = usize>) -> Self {
+        self.cpus = Some(cpus.into_iter().collect());
+        self
+    }
+
+    /// Sample kernel addresses too (default `false`). Needs `CAP_PERFMON`, `CAP_SYS_ADMIN` or
+    /// `kernel.perf_event_paranoid <= 1`, else `STATUS_PRIVILEGE_NOT_HELD`.
+    pub fn kernel(mut self, include_kernel: bool) -> Self {
+        self.kernel = include_kernel;
+        self
+    }
+
+    /// Record frame-pointer call chains of at most `max_frames` entries (capped by
+    /// `kernel.perf_event_max_stack`); 0 (the default) records none.
+    pub fn callchain(mut self, max_frames: u16) -> Self {
+        self.callchain = max_frames;
+        self
+    }
+
+    /// Copy the user registers (ip, sp, frame pointer) and `bytes` of the user stack from sp at each sample
+    /// (rounded up to 8, at most 65528, else `STATUS_INVALID_PARAMETER`): what a DWARF unwinder needs. 0 (the
+    /// default) copies nothing.
+    pub fn user_stack(mut self, bytes: u32) -> Self {
+        self.user_stack = bytes;
+        self
+    }
+
+    /// Side-band records (default `true`): [`Mmap`] for executable mappings (anonymous ones and regions made
+    /// executable by `mprotect` included), `Comm` (with the exec flag), `Fork`, `Exit`.
+    pub fn sideband(mut self, on: bool) -> Self {
+        self.sideband = on;
+        self
+    }
+
+    /// Data pages per CPU ring (a power of two, else `STATUS_INVALID_PARAMETER`). Default 128 (512 with
+    /// [`user_stack`](Self::user_stack)); halved while the locked-memory budget refuses the mapping.
+    pub fn ring_pages(mut self, pages: usize) -> Self {
+        self.ring_pages = Some(pages);
+        self
+    }
+
+    /// Open every event, disabled ([`Sampler::enable`] starts sampling).
+    ///
+    /// # Errors
+    /// In this order: `STATUS_INVALID_PARAMETER` (a global sampler naming processes, a CPU not online, a ring
+    /// size that is not a power of two, a user-stack size above 65528), `STATUS_NOT_SUPPORTED` (the source has
+    /// no perf event here, or a user-stack copy on an architecture without a register map),
+    /// `STATUS_PRIVILEGE_NOT_HELD` (global or kernel sampling without the privilege), `STATUS_INVALID_CID` (no
+    /// such pid), `STATUS_ACCESS_DENIED` (the caller may not profile a target), `STATUS_INSUFFICIENT_RESOURCES`
+    /// (descriptors, memory or ring memory ran out: a passing shortage, never the arguments' fault).
+    ///
+    /// A target that exits before or while the events open is not an error: the sampler is built, and
+    /// [`Sampler::targets_exited`] is true once every target is gone.
+    pub fn build(self) -> Result<Sampler, Error> {
+        open::build(self)
+    }
+}
+
+/// One CPU's ring.
+struct CpuRing {
+    cpu: usize,
+    ring: Ring,
+}
+
+/// A sampler: perf events on one or more processes (and, by default, every process they create), or on every
+/// process, whose records the caller reads with [`Sampler::read`]. Built with [`Sampler::builder`]; created
+/// disabled.
+pub struct Sampler {
+    /// Every event descriptor (ring owners and redirected ones), in the order of `hup`.
+    fds: Vec<OwnedFd>,
+    /// One ring per CPU that has events.
+    rings: Vec<CpuRing>,
+    /// Watches every descriptor: readable (a ring reached its watermark) or hung up (its task and every task
+    /// that inherited from it exited).
+    epoll: Epoll,
+    /// Per descriptor: it reported `EPOLLHUP` (and left the epoll set).
+    hup: Vec<AtomicBool>,
+    /// How many descriptors hung up.
+    hung_up: AtomicUsize,
+    /// The events follow tasks (a global sampler's per-CPU events never hang up).
+    per_task: bool,
+    /// Where a record that wraps round a ring's end is copied.
+    scratch: Box<[u64]>,
+    format: SampleFormat,
+    watermark: u64,
+    stats: SamplerStats,
+    interval: u32,
+    source: ProfileSource,
+    /// The process that built the sampler: in a `fork()`ed child it is dead.
+    owner: u32,
+    /// The target processes, kept open so that their pids name them for the sampler's life.
+    _processes: Vec<Process>,
+}
+
+impl std::fmt::Debug for Sampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sampler")
+            .field("source", &self.source)
+            .field("interval", &self.interval)
+            .field("events", &self.fds.len())
+            .field(
+                "cpus",
+                &self.rings.iter().map(|r| r.cpu).collect::<Vec<_>>(),
+            )
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl Sampler {
+    /// A builder with the defaults: the calling process (unless a target is named), children followed,
+    /// [`ProfileSource::Time`] at its current interval, every online CPU, user space only, side-band on, no
+    /// call chain, no stack copy.
+    pub fn builder() -> SamplerBuilder {
+        SamplerBuilder::default()
+    }
+
+    /// `STATUS_INVALID_HANDLE` in a `fork()`ed child.
+    fn check_owner(&self) -> Result<(), Error> {
+        if self.owner == std::process::id() {
+            Ok(())
+        } else {
+            Err(Error::new(
+                NtStatus::INVALID_HANDLE,
+                "this sampler was built by the parent of this fork()ed process: its rings do not exist here \
+                 (build a new sampler in the child)",
+            ))
+        }
+    }
+
+    /// Start sampling (every event and every copy inherited so far).
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_HANDLE` in a `fork()`ed child.
+    pub fn enable(&self) -> Result<(), Error> {
+        self.check_owner()?;
+        for fd in &self.fds {
+            // An event whose task exited answers an error or nothing: the others are enabled all the same.
+            let _ = crate::perf::event::enable(std::os::fd::AsFd::as_fd(fd));
+        }
+        Ok(())
+    }
+
+    /// Stop sampling (records already written stay readable).
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_HANDLE` in a `fork()`ed child.
+    pub fn disable(&self) -> Result<(), Error> {
+        self.check_owner()?;
+        for fd in &self.fds {
+            let _ = crate::perf::event::disable(std::os::fd::AsFd::as_fd(fd));
+        }
+        Ok(())
+    }
+
+    /// Waits until some ring holds at least its wake-up watermark (a quarter of the ring), every target has
+    /// exited, or the timeout. `Ok(true)` when there is something to read (or targets ended), `Ok(false)` on
+    /// timeout.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_HANDLE` in a `fork()`ed child.
+    pub fn wait(&self, timeout: Duration) -> Result<bool, Error> {
+        self.check_owner()?;
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if self.all_hung_up() || self.ring_ready() {
+                return Ok(true);
+            }
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            // Round up to a whole millisecond so that a short timeout still waits.
+            let ms = i32::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX);
+            let (ready, hung) = self.poll(ms);
+            if ready || hung {
+                return Ok(true);
+            }
+            if left.is_zero() || std::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// One epoll wait of up to `timeout_ms`: takes hung-up descriptors out of the set. Returns (a ring became
+    /// readable, a descriptor hung up).
+    fn poll(&self, timeout_ms: i32) -> (bool, bool) {
+        let mut events = [sys::EMPTY_EVENT; 32];
+        let n = self.epoll.wait(&mut events, timeout_ms);
+        let (mut ready, mut hung) = (false, false);
+        for ev in &events[..n] {
+            let index = ev.u64 as usize;
+            if ev.events & sys::EPOLLHUP != 0 {
+                if let (Some(flag), Some(fd)) = (self.hup.get(index), self.fds.get(index))
+                    && !flag.swap(true, Ordering::Relaxed)
+                {
+                    self.epoll.remove(fd.as_raw_fd());
+                    // Relaxed: a count read by this object's own calls; the flag swap above makes each
+                    // descriptor count once.
+                    self.hung_up.fetch_add(1, Ordering::Relaxed);
+                    hung = true;
+                }
+            } else {
+                ready = true;
+            }
+        }
+        (ready, hung)
+    }
+
+    /// True when some ring holds at least the watermark.
+    fn ring_ready(&self) -> bool {
+        self.rings.iter().any(|r| r.ring.fill().0 >= self.watermark)
+    }
+
+    fn all_hung_up(&self) -> bool {
+        self.per_task && self.hung_up.load(Ordering::Relaxed) >= self.fds.len()
+    }
+
+    /// Drains every ring once, calling `f` for each record: the records of one ring in ring order, the rings
+    /// one after the other (order records across rings by `time`). A record's borrowed parts (call chain,
+    /// stack copy, names) live only during the call of `f`. No allocation per record. Returns the number of
+    /// records delivered.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_HANDLE` in a `fork()`ed child.
+    pub fn read(&mut self, mut f: impl FnMut(&SampleRecord<'_>)) -> Result<usize, Error> {
+        self.check_owner()?;
+        let Sampler {
+            rings,
+            scratch,
+            format,
+            stats,
+            ..
+        } = self;
+        let mut delivered = 0usize;
+        for r in rings.iter_mut() {
+            r.ring.drain_words(scratch, |words| {
+                let Some(record) = records::decode_record(words, *format) else {
+                    return;
+                };
+                count(stats, &record);
+                delivered += 1;
+                f(&record);
+            });
+        }
+        Ok(delivered)
+    }
+
+    /// What the sampler delivered so far: records, samples, lost, throttled, unthrottled.
+    pub fn stats(&self) -> SamplerStats {
+        self.stats
+    }
+
+    /// The effective interval, in the source's units (after clamping).
+    pub fn interval(&self) -> u32 {
+        self.interval
+    }
+
+    /// The profile source.
+    pub fn source(&self) -> ProfileSource {
+        self.source
+    }
+
+    /// True when every target process (and, with [`inherit`](SamplerBuilder::inherit), every process they
+    /// created) has exited: every event reported hang-up. Never true for a global sampler. Records written
+    /// before the exits stay readable: read once more after this turns true.
+    pub fn targets_exited(&self) -> bool {
+        if self.owner != std::process::id() || !self.per_task {
+            return false;
+        }
+        if !self.all_hung_up() {
+            self.poll(0);
+        }
+        self.all_hung_up()
+    }
+}
+
+/// Count a delivered record into the statistics.
+fn count(stats: &mut SamplerStats, record: &SampleRecord<'_>) {
+    stats.records += 1;
+    match record {
+        SampleRecord::Sample(_) => stats.samples += 1,
+        SampleRecord::Lost { lost, .. } => stats.lost += lost,
+        SampleRecord::Throttle {
+            throttled: true, ..
+        } => stats.throttled += 1,
+        SampleRecord::Throttle {
+            throttled: false, ..
+        } => stats.unthrottled += 1,
+        _ => {}
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        if self.owner != std::process::id() {
+            // A fork()ed child: the rings are not mapped here (perf mappings are not copied), and the addresses
+            // may hold the child's own mappings by now. Never unmap them; only the descriptors close.
+            for r in self.rings.drain(..) {
+                std::mem::forget(r.ring);
+            }
+        }
+        // The rings unmap, then the descriptors close (fields drop in order: `fds` first is fine too, a mapping
+        // holds its own reference to the buffer).
+    }
+}
