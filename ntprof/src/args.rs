@@ -47,6 +47,9 @@ Examples:
   ntprof record --source Timer,page-faults -- ./prog
   ntprof record --module prog --module libfoo.so -- ./prog
   ntprof record --kernel --duration 5        the kernel and its modules, system-wide (needs CAP_PERFMON)
+  ntprof record -g -- ./prog                 with call stacks (frame pointers): callers, call tree, flame graph
+  ntprof record --call-graph dwarf -- ./prog call stacks of code built without frame pointers (libc too)
+  ntprof record -g --format folded -o prog.folded -- ./prog   folded stacks for flamegraph.pl, speedscope
 
 The exit status is the command's (128 + N when a signal N killed it); 127 when it cannot be run.";
 
@@ -95,6 +98,15 @@ pub struct ProfileArgs {
     /// code) as it is made, so nothing is polled.
     #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=1000), hide_short_help = true)]
     pub poll_ms: Option<u64>,
+    /// Record call stacks from frame pointers (the kernel walks them at each sample): the same as
+    /// --call-graph fp. With --kernel: kernel stacks.
+    #[arg(short = 'g')]
+    pub call_stacks: bool,
+    /// Record call stacks: 'fp' (frame pointers, walked by the kernel) or 'dwarf[,SIZE]' (perf's spelling: copy
+    /// SIZE bytes of the user stack at each sample, default 8192, at most 65528, and unwind them with the
+    /// modules' .eh_frame/.debug_frame, so code built without frame pointers, libc included, is walked).
+    #[arg(long = "call-graph", value_name = "fp|dwarf[,SIZE]", value_parser = parse_call_graph)]
+    pub call_graph: Option<CallGraph>,
 }
 
 /// `ntprof record`.
@@ -207,7 +219,54 @@ pub struct IntervalArg {
     pub value: u32,
 }
 
+/// How call stacks are recorded (`-g`, `--call-graph`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallGraph {
+    /// Frame pointers: the kernel's callchains.
+    Fp,
+    /// A copy of this many bytes of the user stack, unwound with DWARF CFI.
+    Dwarf(u32),
+}
+
+/// The default size of the user stack copy of `--call-graph dwarf` (perf's).
+pub const DWARF_STACK_DEFAULT: u32 = 8192;
+/// The kernel's limit on one sample's user stack copy, rounded down to 8 bytes.
+pub const DWARF_STACK_MAX: u32 = 65528;
+
+fn parse_call_graph(s: &str) -> Result<CallGraph, String> {
+    let (mode, size) = match s.split_once(',') {
+        Some((m, size)) => (m, Some(size)),
+        None => (s, None),
+    };
+    match (mode, size) {
+        ("fp", None) => Ok(CallGraph::Fp),
+        ("fp", Some(_)) => Err("'fp' takes no size (the kernel walks the frame pointers)".into()),
+        ("dwarf", None) => Ok(CallGraph::Dwarf(DWARF_STACK_DEFAULT)),
+        ("dwarf", Some(size)) => {
+            let n: u32 = size
+                .trim()
+                .parse()
+                .map_err(|_| format!("'{size}' is not a size in bytes (e.g. dwarf,16384)"))?;
+            if n == 0 || n > DWARF_STACK_MAX {
+                return Err(format!(
+                    "the stack copy must be 8 ..= {DWARF_STACK_MAX} bytes, not {n}"
+                ));
+            }
+            Ok(CallGraph::Dwarf(n.next_multiple_of(8)))
+        }
+        (other, _) => Err(format!(
+            "'{other}' is not a call-graph mode: use fp (frame pointers) or dwarf[,SIZE] (stack copies)"
+        )),
+    }
+}
+
 impl ProfileArgs {
+    /// How call stacks are recorded, if at all (`--call-graph` wins over `-g`).
+    pub fn call_graph(&self) -> Option<CallGraph> {
+        self.call_graph
+            .or(self.call_stacks.then_some(CallGraph::Fp))
+    }
+
     /// The interval asked for `source`: its own `SOURCE=N`, else a bare `N`, else none (the source's default).
     pub fn interval_for(&self, source: ProfileSource) -> Option<u32> {
         let own = self

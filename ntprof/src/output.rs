@@ -30,8 +30,11 @@ pub enum Format {
     Csv,
     /// Google's pprof `profile.proto`, gzipped.
     Pprof,
-    /// A flame graph (SVG): module -> function -> inlined function -> file:line.
+    /// A flame graph (SVG): with call stacks (-g), command -> callers -> function -> inlined functions;
+    /// without, module -> function -> inlined function -> file:line.
     Flamegraph,
+    /// Folded stacks, one line per stack: `frame;frame;... samples` (for flamegraph.pl, speedscope, inferno).
+    Folded,
 }
 
 impl Format {
@@ -47,6 +50,8 @@ impl Format {
             Some(Format::Pprof)
         } else if ends(".svg") {
             Some(Format::Flamegraph)
+        } else if ends(".folded") {
+            Some(Format::Folded)
         } else {
             None
         }
@@ -79,6 +84,10 @@ pub struct OutputArgs {
     /// How many functions and lines the text report shows.
     #[arg(short = 'n', long, value_name = "N", default_value_t = 20)]
     pub top: usize,
+    /// With call stacks: the text report also prints the call tree (callers above callees, inclusive shares),
+    /// down to branches of at least 0.5 % of the samples.
+    #[arg(long)]
+    pub call_tree: bool,
     /// No live progress on stderr.
     #[arg(short = 'q', long)]
     pub quiet: bool,
@@ -223,9 +232,14 @@ fn flamegraphs(report: &Report, path: Option<&Path>) -> Vec<(Sink, Result<Vec<u8
 }
 
 /// Render one of the single-document formats (the flame graph has one document per source: [`flamegraphs`]).
-fn render(report: &Report, format: Format, top: usize) -> Result<Vec<u8>, String> {
+fn render(report: &Report, format: Format, top: usize, call_tree: bool) -> Result<Vec<u8>, String> {
     match format {
-        Format::Text => Ok(crate::text::render(report, top).into_bytes()),
+        Format::Text => {
+            let mut text = crate::text::render(report, top);
+            text.push_str(&crate::text::stacks::render(report, top, call_tree));
+            Ok(text.into_bytes())
+        }
+        Format::Folded => Ok(flame::folded_text(report).into_bytes()),
         Format::Json => json(report),
         Format::Csv => table::render(report),
         Format::Pprof => pprof::render(report),
@@ -265,7 +279,7 @@ pub fn emit(report: &Report, args: &OutputArgs) -> Result<(), String> {
     } else if format == Format::Flamegraph {
         jobs.extend(flamegraphs(report, args.output.as_deref()));
     } else {
-        jobs.push((main, render(report, format, args.top)));
+        jobs.push((main, render(report, format, args.top, args.call_tree)));
     }
 
     let mut errors = Vec::new();

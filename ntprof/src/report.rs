@@ -91,6 +91,10 @@ pub struct RunInfo {
     /// Milliseconds spent symbolizing the report (symbol tables, DWARF, source lines).
     #[serde(default)]
     pub symbolize_ms: f64,
+    /// How call stacks were recorded: `fp` (frame pointers), `dwarf,SIZE` (user stack copies of SIZE bytes,
+    /// unwound with the modules' CFI); `None` without call stacks.
+    #[serde(default)]
+    pub call_graph: Option<String>,
     /// Remarks the reader needs to read the numbers right (what the profiles cannot see, how modules loaded at
     /// startup were caught), one sentence each.
     #[serde(default)]
@@ -150,6 +154,47 @@ pub struct SourceReport {
     pub lines: Vec<LineReport>,
     /// Every non-zero bucket, by address.
     pub buckets: Vec<BucketReport>,
+    /// Call stacks (runs with `-g` or `--call-graph`): every distinct stack with its samples, hottest first;
+    /// empty without call stacks.
+    #[serde(default)]
+    pub stacks: Vec<StackReport>,
+    /// The locations the stacks' frames refer to, by index.
+    #[serde(default)]
+    pub locations: Vec<LocationReport>,
+}
+
+/// One distinct call stack of one command and its samples.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StackReport {
+    /// The `id` of the process (in [`Report::processes`]) whose samples these are.
+    pub process: u32,
+    /// Its pid.
+    pub pid: u32,
+    /// The command it ran.
+    pub command: String,
+    /// Samples with exactly this stack.
+    pub samples: u64,
+    /// The walk ended before the process's first frame (the stack copy ran out, a return address was in no
+    /// executable mapping, or the frame limit was reached): the outermost callers are unknown.
+    pub truncated: bool,
+    /// Indexes into [`SourceReport::locations`]: the sampled location first, then its callers, outward.
+    pub frames: Vec<u32>,
+}
+
+/// One location of the call stacks: an address and what it symbolizes to.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LocationReport {
+    /// The module's name.
+    pub module: String,
+    /// Runtime address (in the module's first mapping); for a caller, its return address − 1 (inside the call
+    /// instruction).
+    pub address: u64,
+    /// The address in the object's own address space.
+    pub offset: u64,
+    /// The function holding it (the machine-code function: the outermost of `frames`).
+    pub function: String,
+    /// Inlined frames innermost first, the function last; empty when nothing is known of the address.
+    pub frames: Vec<Frame>,
 }
 
 /// The samples of one command.

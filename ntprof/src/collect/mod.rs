@@ -3,6 +3,7 @@
 
 mod aggregate;
 mod lines;
+mod stacks;
 pub mod symbolize;
 
 use std::time::{Duration, Instant};
@@ -49,7 +50,9 @@ pub fn build(
     }
     let mut used_module = vec![false; tracker.modules.list.len()];
     for (i, _) in used_stack.iter().enumerate().filter(|(_, u)| **u) {
-        used_module[tracker.stacks.locs[i].module as usize] = true;
+        for loc in tracker.stacks.frames(i as u32) {
+            used_module[loc.module as usize] = true;
+        }
     }
     let symbols = Symbolizers::open(&tracker.modules.list, &used_module, kallsyms);
     let located: Vec<_> = tracker
@@ -65,10 +68,17 @@ pub fn build(
         located: &located,
         bucket_size: 1u64 << bucket_log2.min(63),
     };
+    let mut callers = stacks::Callers::new(tracker, &symbols, &located);
     let reports = sources
         .iter()
         .zip(&tracker.sources)
-        .map(|(info, counts)| source_report(info, aggregate::tables(&input, counts), duration_s))
+        .map(|(info, counts)| {
+            let mut r = source_report(info, aggregate::tables(&input, counts), duration_s);
+            if tracker.call_graph.is_some() {
+                (r.stacks, r.locations) = callers.tables(counts);
+            }
+            r
+        })
         .collect();
     let spent = t0.elapsed();
     (process_table(tracker, endings), reports, spent)
@@ -100,6 +110,8 @@ fn source_report(info: &SourceInfo, t: aggregate::Tables, duration_s: f64) -> So
         functions: t.functions,
         lines: t.lines,
         buckets: t.buckets,
+        stacks: Vec::new(),
+        locations: Vec::new(),
     }
 }
 
@@ -155,6 +167,7 @@ pub fn run_info(mode: &str, command: Vec<String>, pid: Option<u32>, started_at: 
         executable: None,
         follow_children: true,
         symbolize_ms: 0.0,
+        call_graph: None,
         notes: Vec::new(),
         expected: Vec::new(),
         explanations: Vec::new(),

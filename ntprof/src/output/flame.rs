@@ -1,9 +1,12 @@
 //! The flame graph: SVG drawn by inferno from folded stacks.
 //!
-//! A histogram of program counters has no call stacks; the hierarchy drawn instead is where the samples are:
-//! module → function → inlined functions (outermost first) → file:line, widths by samples. The samples outside
-//! every profiled module are one more root frame, so that each box's width is its share as the text report gives
-//! it. One graph per source (their units differ); the title names the source.
+//! With call stacks (`-g`, `--call-graph`), each stack is drawn from its root: the process (under the processes
+//! that started it, when they were profiled too), `[truncated]` when the walk did not reach the first frame,
+//! then the callers outermost first, each with its inlined functions expanded, down to the sampled function.
+//! Without call stacks a histogram of program counters has no callers; the hierarchy drawn instead is where the
+//! samples are: module → function → inlined functions (outermost first) → file:line. Either way, widths are
+//! samples; the samples outside every profiled module are one more root frame, so that each box's width is its
+//! share as the text report gives it. One graph per source (their units differ); the title names the source.
 
 use inferno::flamegraph::{self, Options};
 
@@ -13,6 +16,79 @@ use crate::report::{Report, SourceReport};
 /// A frame name safe inside a folded line (`;` separates frames there).
 fn frame_name(name: &str) -> String {
     name.replace(';', ":").replace(['\n', '\r'], " ")
+}
+
+/// The frames that name process `id`: its profiled ancestors' commands, outermost first, then its own.
+fn process_root(report: &Report, id: u32, command: &str) -> Vec<String> {
+    let mut chain = vec![frame_name(command)];
+    let mut at = report
+        .processes
+        .iter()
+        .find(|p| p.id == id)
+        .and_then(|p| p.parent);
+    let mut guard = 0;
+    while let Some(parent) = at.and_then(|a| report.processes.iter().find(|p| p.id == a)) {
+        chain.push(frame_name(&parent.command));
+        at = parent.parent;
+        guard += 1;
+        if guard > 64 {
+            break;
+        }
+    }
+    chain.reverse();
+    chain
+}
+
+/// The folded call stacks of one source: `command;caller;…;function samples`, one line per distinct line (stacks
+/// that differ only in addresses inside the same functions are one line), hottest first.
+pub fn folded_stacks(report: &Report, source: &SourceReport) -> Vec<String> {
+    let mut merged: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+    for stack in source.stacks.iter().filter(|s| s.samples > 0) {
+        let mut frames = process_root(report, stack.process, &stack.command);
+        if stack.truncated {
+            frames.push("[truncated]".to_string());
+        }
+        for &l in stack.frames.iter().rev() {
+            let Some(location) = source.locations.get(l as usize) else {
+                continue;
+            };
+            // A location's frames are innermost first: the caller side is the function, then what it inlined.
+            for frame in location.frames.iter().rev() {
+                frames.push(frame_name(&frame.function));
+            }
+        }
+        *merged.entry(frames.join(";")).or_insert(0) += stack.samples;
+    }
+    let mut rows: Vec<(String, u64)> = merged.into_iter().collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let mut lines: Vec<String> = rows.into_iter().map(|(s, n)| format!("{s} {n}")).collect();
+    if source.stats.outside > 0 {
+        lines.push(format!("{OUTSIDE} {}", source.stats.outside));
+    }
+    lines
+}
+
+/// `--format folded`: the folded stacks of the first source (its call stacks, or without them its
+/// module → function → line hierarchy), one `frames samples` line each.
+pub fn folded_text(report: &Report) -> String {
+    let Some(source) = report.sources.first() else {
+        return String::new();
+    };
+    let mut out = String::new();
+    for line in source_folded(report, source) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// The folded lines of a source: call stacks when it has them.
+fn source_folded(report: &Report, source: &SourceReport) -> Vec<String> {
+    if source.stacks.is_empty() {
+        folded(source)
+    } else {
+        folded_stacks(report, source)
+    }
 }
 
 /// The folded stacks of one source: `module;function;inlined…;file:line samples`, one line per bucket.
@@ -49,7 +125,7 @@ pub fn folded(source: &SourceReport) -> Vec<String> {
 
 /// The SVG of one source.
 pub fn render_source(report: &Report, source: &SourceReport) -> Result<Vec<u8>, String> {
-    let lines = folded(source);
+    let lines = source_folded(report, source);
     if lines.is_empty() {
         return Err(format!(
             "no samples of {} to draw a flame graph of",

@@ -9,6 +9,11 @@
 //!
 //! Locations are bucket start addresses, each in the mapping of its module; a location's lines are the frames of
 //! the address, innermost (inlined) first, as pprof expects.
+//!
+//! With call stacks (`-g`, `--call-graph`) a sample is one stack instead: one location per frame (the sampled
+//! address, then each caller at its return address − 1), leaf first, so that `pprof -top -cum`, `-peek`, `-tree`
+//! and `-traces` show callers and inclusive time. A stack whose walk was cut short ends in a `[truncated]`
+//! frame; each sample carries its process's `command` and `pid` as labels.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -17,10 +22,13 @@ use flate2::Compression;
 use flate2::write::GzEncoder;
 use prost::Message;
 
-use crate::report::{Frame, Report};
+use crate::report::{Frame, Report, SourceReport};
 
 /// The name of the function the outside samples are shown under.
 pub const OUTSIDE: &str = "[outside profiled modules]";
+
+/// The root frame of a call stack whose walk was cut short.
+pub const TRUNCATED: &str = "[truncated]";
 
 /// `perftools.profiles.Profile`.
 #[derive(Clone, PartialEq, Message)]
@@ -380,7 +388,17 @@ pub fn profile(report: &Report) -> Profile {
             value[2 * index + 1] = int64(samples.saturating_mul(source.sample_value));
             value
         };
-        for bucket in &source.buckets {
+        if !source.stacks.is_empty() {
+            stack_samples(
+                &mut b,
+                source,
+                &mapping_of,
+                &start_lines,
+                &values,
+                &mut samples,
+            );
+        }
+        for bucket in source.buckets.iter().filter(|_| source.stacks.is_empty()) {
             if bucket.samples == 0 {
                 continue;
             }
@@ -470,6 +488,67 @@ pub fn profile(report: &Report) -> Profile {
         comment,
         // A string index: the type name of the first source's own unit (`cpu` for a time source).
         default_sample_type: period_type.as_ref().map_or(0, |t| t.r#type),
+    }
+}
+
+/// One sample per call stack of `source`, one location per frame.
+fn stack_samples(
+    b: &mut Builder,
+    source: &SourceReport,
+    mapping_of: &HashMap<&str, u64>,
+    start_lines: &HashMap<(&str, &str), u32>,
+    values: &dyn Fn(u64) -> Vec<i64>,
+    samples: &mut Vec<Sample>,
+) {
+    let command_key = b.string("command");
+    let pid_key = b.string("pid");
+    for stack in source.stacks.iter().filter(|s| s.samples > 0) {
+        let mut ids = Vec::with_capacity(stack.frames.len() + 1);
+        for &l in &stack.frames {
+            let Some(loc) = source.locations.get(l as usize) else {
+                continue;
+            };
+            let mapping_id = mapping_of.get(loc.module.as_str()).copied().unwrap_or(0);
+            ids.push(b.location(mapping_id, loc.address, |b| {
+                loc.frames
+                    .iter()
+                    .map(|frame| {
+                        let start = start_lines
+                            .get(&(loc.module.as_str(), frame.function.as_str()))
+                            .copied();
+                        Line {
+                            function_id: b.function(&frame.function, frame.file.as_deref(), start),
+                            line: frame.line.map_or(0, i64::from),
+                        }
+                    })
+                    .collect()
+            }));
+        }
+        if stack.truncated {
+            ids.push(b.location(0, 1, |b| {
+                vec![Line {
+                    function_id: b.function(TRUNCATED, None, None),
+                    line: 0,
+                }]
+            }));
+        }
+        let command = b.string(&stack.command);
+        samples.push(Sample {
+            location_id: ids,
+            value: values(stack.samples),
+            label: vec![
+                Label {
+                    key: command_key,
+                    str: command,
+                    ..Label::default()
+                },
+                Label {
+                    key: pid_key,
+                    num: i64::from(stack.pid),
+                    ..Label::default()
+                },
+            ],
+        });
     }
 }
 

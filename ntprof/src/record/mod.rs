@@ -29,6 +29,7 @@ use ntprofile::{NtStatus, sampler_clock_ns};
 
 pub use attach::attach;
 
+use crate::args::CallGraph;
 use crate::args::RecordArgs;
 use crate::collect::{self, Endings};
 use crate::progress::Progress;
@@ -146,6 +147,28 @@ fn finish_report(
         endings,
     );
     run.symbolize_ms = spent.as_secs_f64() * 1000.0;
+    let t = &session.tracker;
+    run.call_graph = t.call_graph.map(|g| match g {
+        CallGraph::Fp => "fp".to_string(),
+        CallGraph::Dwarf(size) => format!("dwarf,{size}"),
+    });
+    if let Some(g) = t.call_graph {
+        let walked: u64 = t.sources.iter().map(|s| s.samples).sum();
+        if t.unwinding.truncated > 0 {
+            let how = match g {
+                CallGraph::Fp => {
+                    "the frame-pointer chain left the executable mappings (code built without frame pointers: try --call-graph dwarf) or reached the kernel's frame limit"
+                }
+                CallGraph::Dwarf(_) => {
+                    "the stack copy ran out (a larger --call-graph dwarf,SIZE keeps more), a return address was in no executable mapping, or the module had no unwind information for it"
+                }
+            };
+            run.notes.push(format!(
+                "{} of {walked} call stacks are truncated ([truncated] at their root): {how}",
+                t.unwinding.truncated
+            ));
+        }
+    }
     Report {
         schema_version: SCHEMA_VERSION,
         tool: format!("ntprof {}", env!("CARGO_PKG_VERSION")),

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use ntprofile::{ProfileSource, Sampler, sampler_clock_ns};
 
 use super::{EXIT_USAGE, Failure, explain};
-use crate::args::ProfileArgs;
+use crate::args::{CallGraph, ProfileArgs};
 use crate::collect::SourceInfo;
 use crate::progress::SourceProgress;
 use crate::tree::order::Order;
@@ -128,6 +128,16 @@ impl Session {
             if let Some(list) = &opts.cpus {
                 b = b.cpus(list.0.iter().copied());
             }
+            b = match opts.call_graph() {
+                None => b,
+                // The kernel's limit (perf_event_max_stack) caps it.
+                Some(CallGraph::Fp) => b.callchain(u16::MAX),
+                // The user stack is unwound here; the kernel's part of a stack only the kernel can walk.
+                Some(CallGraph::Dwarf(bytes)) => {
+                    let b = b.user_stack(bytes);
+                    if kernel { b.callchain(u16::MAX) } else { b }
+                }
+            };
             let sampler = b
                 .build()
                 .map_err(|e| explain("creating the sampler", &e, first_pid))?;
@@ -238,6 +248,7 @@ fn tracker_for(opts: &ProfileArgs, sources: usize, read_unknown: bool) -> Tracke
         opts.bucket.unwrap_or(0),
         filter,
     );
+    t.call_graph = opts.call_graph();
     for r in &opts.ranges {
         let name = format!("range:{:#x}-{:#x}", r.start, r.end);
         t.add_fixed(

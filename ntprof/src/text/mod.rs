@@ -6,6 +6,7 @@
 
 mod processes;
 mod source;
+pub mod stacks;
 
 use std::fmt::Write;
 

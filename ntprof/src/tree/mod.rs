@@ -2,9 +2,10 @@
 //! images and its executable mappings), and each sample resolved at once to (image, module, address in the
 //! module) and counted.
 //!
-//! Counts are kept by (image, stack): a *stack* is an interned sequence of locations, one frame today (the
-//! sampled instruction); call stacks will add frames without changing the aggregation.
+//! Counts are kept by (image, stack): a *stack* is an interned sequence of locations, the sampled instruction
+//! first and, with call stacks (`-g`, `--call-graph`), its callers after it ([`callstack`]).
 
+pub mod callstack;
 pub mod jit;
 pub mod order;
 pub mod procs;
@@ -26,26 +27,7 @@ pub struct Loc {
     pub offset: u64,
 }
 
-/// Interned stacks (today: one location each).
-#[derive(Default)]
-pub struct Stacks {
-    /// The location of each stack id.
-    pub locs: Vec<Loc>,
-    ids: HashMap<Loc, u32>,
-}
-
-impl Stacks {
-    /// The id of the one-frame stack `loc`.
-    pub fn intern(&mut self, loc: Loc) -> u32 {
-        if let Some(&id) = self.ids.get(&loc) {
-            return id;
-        }
-        let id = self.locs.len() as u32;
-        self.locs.push(loc);
-        self.ids.insert(loc, id);
-        id
-    }
-}
+pub use callstack::Stacks;
 
 /// What one source counted.
 #[derive(Default)]
@@ -127,6 +109,10 @@ pub struct Tracker {
     pub late_processes: u32,
     /// When the profiled program started running, sampler clock (ns).
     pub run_start_ns: u64,
+    /// How call stacks are recorded (`None`: one frame per sample).
+    pub call_graph: Option<crate::args::CallGraph>,
+    /// The DWARF unwinders of the processes, and the walks' scratch buffers.
+    pub unwinding: callstack::Unwinding,
 }
 
 impl Tracker {
@@ -151,6 +137,8 @@ impl Tracker {
             mask: !((1u64 << bucket_log2.min(63)) - 1),
             late_processes: 0,
             run_start_ns: 0,
+            call_graph: None,
+            unwinding: callstack::Unwinding::default(),
         }
     }
 
@@ -249,6 +237,8 @@ impl Tracker {
         self.processes.list[p as usize]
             .space
             .insert(addr, Map { end, pgoff, module });
+        self.unwinding
+            .mapped(p, addr, end, pgoff, &self.modules.list[module as usize]);
     }
 
     /// Apply one record.
@@ -259,8 +249,15 @@ impl Tracker {
                 pid,
                 ip,
                 kernel,
+                chain,
+                regs,
+                stack,
                 ..
-            } => self.sample(source, pid, ip, kernel, time),
+            } => {
+                let chain = name_of(names, chain);
+                let stack = name_of(names, stack);
+                self.sample(source, pid, ip, kernel, time, (chain, regs, stack))
+            }
             Event::Mmap {
                 pid,
                 addr,
@@ -285,6 +282,7 @@ impl Tracker {
                 let p = self.process(pid, time);
                 if exec {
                     self.processes.exec(p, &comm);
+                    self.unwinding.forget(p);
                     // The full command line, if the process still runs this image.
                     if procs::comm(pid).as_deref() == Some(comm.as_str()) {
                         let line = procs::cmdline(pid);
@@ -315,6 +313,7 @@ impl Tracker {
                     && let Some(p) = self.processes.get(pid)
                 {
                     self.processes.exit(p, time);
+                    self.unwinding.forget(p);
                 }
             }
             Event::Lost { source, lost } => self.sources[source as usize].lost += lost,
@@ -327,15 +326,27 @@ impl Tracker {
     }
 
     /// Resolve and count one sample.
-    fn sample(&mut self, source: u8, pid: u32, ip: u64, kernel: bool, time: u64) {
+    fn sample(
+        &mut self,
+        source: u8,
+        pid: u32,
+        ip: u64,
+        kernel: bool,
+        time: u64,
+        walk: callstack::Walk<'_>,
+    ) {
         let p = self.process(pid, time);
         let image = self.processes.image(p);
         let loc = self.locate(p, ip, kernel);
+        let stack = match (loc, self.call_graph) {
+            (Some(loc), Some(_)) => Some(self.intern_walk(p, loc, ip, kernel, walk)),
+            (Some(loc), None) => Some(self.stacks.intern(loc)),
+            (None, _) => None,
+        };
         let counts = &mut self.sources[source as usize];
         counts.samples += 1;
-        match loc {
-            Some(loc) => {
-                let stack = self.stacks.intern(loc);
+        match stack {
+            Some(stack) => {
                 *counts.counts.entry((image, stack)).or_insert(0) += 1;
             }
             None => *counts.outside.entry(image).or_insert(0) += 1,
@@ -344,6 +355,13 @@ impl Tracker {
 
     /// The location of `ip` in process `p`: a fixed range, else its mapping; `None`: outside.
     fn locate(&self, p: u32, ip: u64, kernel: bool) -> Option<Loc> {
+        self.locate_in(p, ip, kernel, false)
+    }
+
+    /// The location of `ip` in process `p`. A sampled address (`caller` false) in a module `--module` does not
+    /// select is outside, and its offset is rounded to `--bucket`; a caller is located wherever it is, exactly.
+    fn locate_in(&self, p: u32, ip: u64, kernel: bool, caller: bool) -> Option<Loc> {
+        let mask = if caller { u64::MAX } else { self.mask };
         let i = self.fixed.partition_point(|&(s, _, _)| s <= ip);
         if let Some(&(start, end, module)) = i.checked_sub(1).and_then(|i| self.fixed.get(i))
             && ip < end
@@ -356,7 +374,7 @@ impl Tracker {
             };
             return Some(Loc {
                 module,
-                offset: offset & self.mask,
+                offset: offset & mask,
             });
         }
         if kernel {
@@ -364,7 +382,7 @@ impl Tracker {
         }
         let (start, map) = self.processes.list[p as usize].space.find(ip)?;
         let m = &self.modules.list[map.module as usize];
-        if !m.wanted {
+        if !caller && !m.wanted {
             return None;
         }
         let offset = match m.kind {
@@ -373,7 +391,7 @@ impl Tracker {
         };
         Some(Loc {
             module: map.module,
-            offset: offset & self.mask,
+            offset: offset & mask,
         })
     }
 }

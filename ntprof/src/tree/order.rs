@@ -23,6 +23,13 @@ pub enum Event {
         ip: u64,
         /// The address is in the kernel.
         kernel: bool,
+        /// The callchain (`-g`): a range of the arena holding its addresses (8 bytes each, little-endian,
+        /// innermost first; kernel and user frames, the kernel's context markers removed).
+        chain: (u32, u32),
+        /// The user registers (`--call-graph dwarf`).
+        regs: Option<ntprofile::UserRegs>,
+        /// The user stack copy (`--call-graph dwarf`): a range of the arena.
+        stack: (u32, u32),
     },
     /// An executable mapping.
     Mmap {
@@ -109,16 +116,33 @@ impl Order {
     /// Copy one record of source `source`'s sampler.
     pub fn push(&mut self, source: u8, record: &SampleRecord<'_>) {
         let (time, event) = match *record {
-            SampleRecord::Sample(ref s) => (
-                s.time,
-                Event::Sample {
-                    source,
-                    pid: s.pid,
-                    tid: s.tid,
-                    ip: s.ip,
-                    kernel: s.kernel,
-                },
-            ),
+            SampleRecord::Sample(ref s) => {
+                let start = self.names.len() as u32;
+                for (context, addr) in s.frames() {
+                    if context != ntprofile::CallchainContext::Guest {
+                        self.names.extend_from_slice(&addr.to_le_bytes());
+                    }
+                }
+                let chain = (start, self.names.len() as u32);
+                let stack = if s.regs.is_some() {
+                    self.name(s.stack)
+                } else {
+                    (0, 0)
+                };
+                (
+                    s.time,
+                    Event::Sample {
+                        source,
+                        pid: s.pid,
+                        tid: s.tid,
+                        ip: s.ip,
+                        kernel: s.kernel,
+                        chain,
+                        regs: s.regs,
+                        stack,
+                    },
+                )
+            }
             SampleRecord::Mmap(ref m) => {
                 let name = self.name(m.filename);
                 (
@@ -189,6 +213,10 @@ impl Order {
             };
             match &mut t.event {
                 Event::Mmap { name, .. } | Event::Comm { name, .. } => *name = rename(*name),
+                Event::Sample { chain, stack, .. } => {
+                    *chain = rename(*chain);
+                    *stack = rename(*stack);
+                }
                 _ => {}
             }
             self.spare.push(t);

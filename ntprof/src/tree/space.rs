@@ -130,6 +130,11 @@ impl Space {
         self.maps.clear();
     }
 
+    /// Every mapping, by start address.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &Map)> {
+        self.maps.iter().map(|(&s, m)| (s, m))
+    }
+
     /// Number of mappings.
     pub fn len(&self) -> usize {
         self.maps.len()

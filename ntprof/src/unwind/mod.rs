@@ -34,16 +34,7 @@ mod sections;
 
 pub use sections::{Bytes, UnwindSections};
 
-/// The user registers the unwinder starts from (what `PERF_SAMPLE_REGS_USER` gives for ip, sp and bp).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct UserRegs {
-    /// Instruction pointer.
-    pub ip: u64,
-    /// Stack pointer: the address of the first byte of the stack copy.
-    pub sp: u64,
-    /// Frame pointer (rbp).
-    pub bp: u64,
-}
+pub use ntprofile::UserRegs;
 
 /// The deepest walk, in frames (perf's default `kernel.perf_event_max_stack` is 127; a user-space stack copy of
 /// 64 KiB rarely holds more than a few hundred frames).
