@@ -81,15 +81,19 @@ __attribute__((noinline)) uint64_t sort_caller(uint64_t x)
 int main(int argc, char **argv)
 {
     double seconds = argc > 1 ? atof(argv[1]) : 1.0;
-    uint64_t unit = 1 << 14, x = 1;
+    uint64_t unit = 1 << 14, x = 1, lcg = 12345;
     double start = cpu_seconds();
     for (double t = start; t < start + seconds;) {
         x = caller_a(x, unit);
         x = caller_b(x, unit);
         x = sort_caller(x);
         double t2 = cpu_seconds(), took = t2 - t;
+        /* Rounds of 2 to 8 ms, varied pseudo-randomly: rounds of one fixed length would phase-lock with a
+         * periodic timer and bias which caller the samples land in. */
+        lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
+        double target = 0.002 + 0.006 * (double)(lcg >> 11) / (double)(1ULL << 53);
         if (took > 0) {
-            double ideal = unit * 0.005 / took; /* rounds of about 5 ms */
+            double ideal = unit * target / took;
             unit = (uint64_t)((unit + ideal) / 2 > 1 ? (unit + ideal) / 2 : 1);
         }
         t = t2;
