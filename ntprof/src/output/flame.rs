@@ -1,9 +1,9 @@
 //! The flame graph: SVG drawn by inferno from folded stacks.
 //!
-//! A histogram of program counters has no call stacks; the hierarchy drawn instead is where the samples are:
-//! module → function → inlined functions (outermost first) → file:line, widths by samples. The samples outside
-//! every profiled module are one more root frame, so that each box's width is its share as the text report gives
-//! it. One graph per source (their units differ); the title names the source.
+//! Without call stacks the hierarchy drawn is where the samples are: command → module → function → inlined
+//! functions (outermost first) → file:line, widths by samples. The samples outside every profiled module are one
+//! more frame under their command, so that each box's width is its share as the text report gives it. One graph
+//! per source (their units differ); the title names the source.
 
 use inferno::flamegraph::{self, Options};
 
@@ -15,11 +15,11 @@ fn frame_name(name: &str) -> String {
     name.replace(';', ":").replace(['\n', '\r'], " ")
 }
 
-/// The folded stacks of one source: `module;function;inlined…;file:line samples`, one line per bucket.
-pub fn folded(source: &SourceReport) -> Vec<String> {
+/// The folded stacks of one source: `command;module;function;inlined…;file:line samples`, one line per bucket.
+pub fn folded(report: &Report, source: &SourceReport) -> Vec<String> {
     let mut lines = Vec::new();
     for bucket in source.buckets.iter().filter(|b| b.samples > 0) {
-        let mut stack = vec![frame_name(&bucket.module)];
+        let mut stack = vec![frame_name(&bucket.command), frame_name(&bucket.module)];
         if bucket.frames.is_empty() {
             stack.push(frame_name(&format!(
                 "{}+{:#x}",
@@ -41,15 +41,24 @@ pub fn folded(source: &SourceReport) -> Vec<String> {
         }
         lines.push(format!("{} {}", stack.join(";"), bucket.samples));
     }
-    if source.stats.outside > 0 {
-        lines.push(format!("{OUTSIDE} {}", source.stats.outside));
+    let mut listed = 0;
+    for p in source.processes.iter().filter(|p| p.outside > 0) {
+        let command = report
+            .processes
+            .get(p.process as usize)
+            .map_or("", |r| r.command.as_str());
+        lines.push(format!("{};{OUTSIDE} {}", frame_name(command), p.outside));
+        listed += p.outside;
+    }
+    if source.stats.outside > listed {
+        lines.push(format!("{OUTSIDE} {}", source.stats.outside - listed));
     }
     lines
 }
 
 /// The SVG of one source.
 pub fn render_source(report: &Report, source: &SourceReport) -> Result<Vec<u8>, String> {
-    let lines = folded(source);
+    let lines = folded(report, source);
     if lines.is_empty() {
         return Err(format!(
             "no samples of {} to draw a flame graph of",
@@ -84,14 +93,14 @@ mod tests {
     #[test]
     fn folded_stacks_go_module_function_inlined_line() {
         let report = fixture::report();
-        let lines = folded(&report.sources[0]);
+        let lines = folded(&report, &report.sources[0]);
         assert_eq!(
             lines,
             [
-                "demo;hot_a;demo.c:12 350",
-                "demo;hot_a;mix;mix.h:3 250",
-                "libhot.so;hot_b;hot, \"b\".c:7 300",
-                "[outside profiled modules] 100",
+                "demo;demo;hot_a;demo.c:12 350",
+                "demo;demo;hot_a;mix;mix.h:3 250",
+                "demo;libhot.so;hot_b;hot, \"b\".c:7 300",
+                "demo;[outside profiled modules] 100",
             ]
         );
     }
@@ -110,6 +119,7 @@ mod tests {
         let mut report = fixture::report();
         report.sources[0].buckets.clear();
         report.sources[0].stats.outside = 0;
+        report.sources[0].processes.clear();
         assert!(render_source(&report, &report.sources[0]).is_err());
     }
 }

@@ -131,6 +131,7 @@ impl Space {
     }
 
     /// Number of mappings.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.maps.len()
     }
