@@ -99,20 +99,23 @@ fn perf_report(data: &Path, key: &str) -> HashMap<String, u64> {
     rows
 }
 
-fn ntprof_json(argv: &[&str]) -> Value {
+/// `ntprof record` of `argv` at the shared interval: its JSON report (written to a file: the command's own
+/// output goes to stdout).
+fn ntprof_json(dir: &Path, argv: &[&str]) -> Value {
+    let file = dir.join("ntprof.json");
     let mut cmd = Command::new(NTPROF);
     cmd.args([
         "record",
         "-q",
         "-i",
         &(PERIOD_NS / 100).to_string(),
-        "--format",
-        "json",
-        "--",
+        "--json",
     ])
+    .arg(&file)
+    .arg("--")
     .args(argv);
-    let out = run(&mut cmd, Duration::from_secs(300));
-    serde_json::from_slice(&out.stdout).expect("the JSON report")
+    run(&mut cmd, Duration::from_secs(300));
+    serde_json::from_slice(&std::fs::read(&file).unwrap()).expect("the JSON report")
 }
 
 fn u(v: &Value) -> u64 {
@@ -160,7 +163,7 @@ fn make_j2_counts_as_many_samples_as_perf_with_the_same_shares_by_command() {
     let d = dir.to_str().unwrap();
     let argv = ["make", "-s", "-B", "-j2", "-C", d];
     let perf = perf_report(&perf_record(&dir, &argv), "comm");
-    let r = ntprof_json(&argv);
+    let r = ntprof_json(&dir, &argv);
     let s = &r["sources"][0];
     let ours = u(&s["stats"]["counted"]) + u(&s["stats"]["outside"]);
     let theirs: u64 = perf.values().sum();
@@ -206,7 +209,7 @@ fn node_jit_functions_are_named_from_the_perf_map() {
     std::fs::write(
         &app,
         "function hotLoop(n) {\n  let x = 0;\n  for (let i = 0; i < n; i++) { x = (x * 31 + i) % 1000003; }\n  return x;\n}\n\
-         const end = process.hrtime.bigint() + 1500000000n;\nlet s = 0;\n\
+         const end = process.hrtime.bigint() + 3000000000n;\nlet s = 0;\n\
          while (process.hrtime.bigint() < end) { s += hotLoop(100000); }\nconsole.log(s);\n",
     )
     .unwrap();
@@ -219,7 +222,7 @@ fn node_jit_functions_are_named_from_the_perf_map() {
         .map(|(_, n)| *n)
         .sum();
     let perf_share = perf_hot as f64 / theirs as f64;
-    let r = ntprof_json(&argv);
+    let r = ntprof_json(&dir, &argv);
     let s = &r["sources"][0];
     let total = u(&s["stats"]["counted"]) + u(&s["stats"]["outside"]);
     let hot: Vec<&Value> = s["functions"]
