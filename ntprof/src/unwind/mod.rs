@@ -1,0 +1,240 @@
+//! Call stacks from copies of the user stack (`--call-graph dwarf`): DWARF CFI unwinding.
+//!
+//! A sample taken with a user stack copy carries the user registers (ip, sp, bp) and the bytes of the stack from
+//! sp upward, as the kernel copied them when the sample was taken. A [`ProcessUnwinder`] knows the executable
+//! mappings of one process; it finds each frame's caller by the module's call frame information
+//! (`.eh_frame`, through `.eh_frame_hdr`; or `.debug_frame`), reading memory **only from the stack copy**. So
+//! code built without frame pointers (most distribution libraries, libc included) is walked, and nothing is read
+//! from the live process.
+//!
+//! The unwinding rules are framehop's x86-64 unwinder (the one samply uses): the CFI of each module is indexed
+//! once, and evaluated rules are cached per address across samples. The unwind sections of a file are read once
+//! ([`UnwindFiles`]) and shared, by `Arc`, by every process that maps the file.
+//!
+//! **Never a wrong caller.** A walk stops, and the stack is marked truncated, when the copy runs out (the
+//! next frame is beyond the bytes the kernel copied), when a return address lies in no executable mapping of
+//! the process, when the walk does not advance, or at the frame limit. It ends complete only where the CFI says
+//! the stack ends (`_start`, a thread's start routine: the return address is undefined there).
+//!
+//! **Addresses.** The first address of a walk is the sampled instruction pointer; every other one is a return
+//! address, which points after the call instruction: look it up at `address - 1` for its function and line
+//! (the return address may be the first byte of another line or function). Kernel callchains (frame pointers)
+//! follow the same convention.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
+
+use crate::symbols::{Mapping, load_bias};
+
+mod sections;
+
+pub use sections::{Bytes, UnwindSections};
+
+/// The user registers the unwinder starts from (what `PERF_SAMPLE_REGS_USER` gives for ip, sp and bp).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserRegs {
+    /// Instruction pointer.
+    pub ip: u64,
+    /// Stack pointer: the address of the first byte of the stack copy.
+    pub sp: u64,
+    /// Frame pointer (rbp).
+    pub bp: u64,
+}
+
+/// The deepest walk, in frames (perf's default `kernel.perf_event_max_stack` is 127; a user-space stack copy of
+/// 64 KiB rarely holds more than a few hundred frames).
+pub const MAX_FRAMES: usize = 1024;
+
+/// Unwind sections of files, read once per file, and framehop modules, built once per (file, mapping).
+#[derive(Default)]
+pub struct UnwindFiles {
+    files: HashMap<PathBuf, Option<Arc<UnwindSections>>>,
+    modules: HashMap<(PathBuf, u64, u64, u64), Option<Module<Bytes>>>,
+}
+
+impl UnwindFiles {
+    /// The unwind sections of `path` (`None` when it cannot be read or is not an object).
+    pub fn sections(&mut self, path: &Path) -> Option<Arc<UnwindSections>> {
+        self.files
+            .entry(path.to_path_buf())
+            .or_insert_with(|| UnwindSections::read(path).ok().map(Arc::new))
+            .clone()
+    }
+
+    /// The module for an executable mapping `[start, end)` of `path` at file offset `pgoff`.
+    fn module(&mut self, path: &Path, start: u64, end: u64, pgoff: u64) -> Option<Module<Bytes>> {
+        let key = (path.to_path_buf(), start, end, pgoff);
+        if let Some(m) = self.modules.get(&key) {
+            return m.clone();
+        }
+        let module = self.sections(path).and_then(|s| {
+            if !s.has_cfi() {
+                return None;
+            }
+            let mapping = Mapping {
+                start,
+                end,
+                perms: "r-xp".to_string(),
+                offset: pgoff,
+                path: String::new(),
+            };
+            let bias = load_bias(&mapping, s.segments.iter().copied())?;
+            let info = ExplicitModuleSectionInfo {
+                base_svma: 0,
+                text_svma: s.text.clone(),
+                got_svma: s.got.clone(),
+                eh_frame_svma: s.eh_frame.as_ref().map(|e| e.svma.clone()),
+                eh_frame: s.eh_frame.as_ref().map(|e| e.data.clone()),
+                eh_frame_hdr_svma: s.eh_frame_hdr.as_ref().map(|e| e.svma.clone()),
+                eh_frame_hdr: s.eh_frame_hdr.as_ref().map(|e| e.data.clone()),
+                debug_frame: s.debug_frame.clone(),
+                ..ExplicitModuleSectionInfo::default()
+            };
+            Some(Module::new(
+                path.display().to_string(),
+                start..end,
+                bias,
+                info,
+            ))
+        });
+        self.modules.insert(key, module.clone());
+        module
+    }
+}
+
+/// The unwinder of one process: its executable mappings, and a cache of evaluated rules.
+pub struct ProcessUnwinder {
+    unwinder: UnwinderX86_64<Bytes>,
+    cache: CacheX86_64,
+    /// Executable regions (file-backed or anonymous, e.g. JIT code), by start: end.
+    regions: BTreeMap<u64, u64>,
+    /// Starts of the regions that have a framehop module.
+    modules: Vec<u64>,
+}
+
+impl Default for ProcessUnwinder {
+    fn default() -> Self {
+        ProcessUnwinder::new()
+    }
+}
+
+impl ProcessUnwinder {
+    /// An unwinder that knows no mapping yet.
+    pub fn new() -> ProcessUnwinder {
+        ProcessUnwinder {
+            unwinder: UnwinderX86_64::new(),
+            cache: CacheX86_64::new(),
+            regions: BTreeMap::new(),
+            modules: Vec::new(),
+        }
+    }
+
+    /// Forget every mapping (the process called exec).
+    pub fn clear(&mut self) {
+        for start in self.modules.drain(..) {
+            self.unwinder.remove_module(start);
+        }
+        self.regions.clear();
+    }
+
+    /// Remove the regions overlapping `[start, end)` (a new mapping replaces what it overlaps).
+    fn unmap(&mut self, start: u64, end: u64) {
+        let overlapping: Vec<u64> = self
+            .regions
+            .range(..end)
+            .filter(|&(_, &e)| e > start)
+            .map(|(&s, _)| s)
+            .collect();
+        for s in overlapping {
+            self.regions.remove(&s);
+            if let Some(i) = self.modules.iter().position(|&m| m == s) {
+                self.modules.swap_remove(i);
+                self.unwinder.remove_module(s);
+            }
+        }
+    }
+
+    /// An executable mapping `[start, end)` at file offset `pgoff` of `path` (a file path; anything else,
+    /// `//anon`, `[vdso]`, a JIT's anonymous code, is a region without unwind information: walks may pass
+    /// through it only by its frame pointers).
+    pub fn add_mapping(
+        &mut self,
+        files: &mut UnwindFiles,
+        start: u64,
+        end: u64,
+        pgoff: u64,
+        path: &str,
+    ) {
+        if start >= end {
+            return;
+        }
+        self.unmap(start, end);
+        self.regions.insert(start, end);
+        if path.starts_with('/') {
+            if let Some(module) = files.module(Path::new(path), start, end, pgoff) {
+                self.unwinder.add_module(module);
+                self.modules.push(start);
+            }
+        }
+    }
+
+    /// True when `addr` lies in a known executable region.
+    pub fn is_code(&self, addr: u64) -> bool {
+        is_code(&self.regions, addr)
+    }
+
+    /// The number of known executable regions.
+    pub fn regions(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// Walk the stack of a sample: `regs` as the sample's user registers, `stack` the copy of the stack from
+    /// `regs.sp` upward. Appends the instruction pointer and then each return address to `out` (at most
+    /// [`MAX_FRAMES`] in all) and returns true when the walk is truncated (see the module documentation).
+    pub fn unwind(&mut self, regs: UserRegs, stack: &[u8], out: &mut Vec<u64>) -> bool {
+        let sp = regs.sp;
+        let mut read_stack = |addr: u64| -> Result<u64, ()> {
+            let offset = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
+            let bytes = stack
+                .get(offset..offset.checked_add(8).ok_or(())?)
+                .ok_or(())?;
+            Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
+        };
+        let start = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+        let mut frames =
+            self.unwinder
+                .iter_frames(regs.ip, start, &mut self.cache, &mut read_stack);
+        let mut count = 0;
+        loop {
+            match frames.next() {
+                Ok(Some(frame)) => {
+                    let addr = frame.address();
+                    if count > 0 && !self.regions.is_empty() && !is_code(&self.regions, addr) {
+                        return true;
+                    }
+                    if count == MAX_FRAMES {
+                        return true;
+                    }
+                    out.push(addr);
+                    count += 1;
+                }
+                Ok(None) => return false,
+                Err(_) => return true,
+            }
+        }
+    }
+}
+
+fn is_code(regions: &BTreeMap<u64, u64>, addr: u64) -> bool {
+    regions
+        .range(..=addr)
+        .next_back()
+        .is_some_and(|(_, &end)| addr < end)
+}
+
+#[cfg(test)]
+mod tests;
