@@ -342,14 +342,16 @@ fn split_60_40_named_with_lines() {
     }
     let top = &lines[0];
     assert!(top["file"].as_str().unwrap().ends_with("split.h"), "{top}");
-    let l8 = lines
-        .iter()
-        .find(|l| l["line"] == 8 && l["file"].as_str().unwrap().ends_with("split.h"))
-        .expect("the loop's line 8");
-    assert!(
-        l8["text"].as_str().unwrap().contains("x = (x ^ i) * k;"),
-        "{l8}"
-    );
+    // With its text: the loop's lines of split.h.
+    let loop_text = [
+        "for (uint64_t i = 0; i < n; i++) {",
+        "x = (x ^ i) * k;",
+        "x = (x << 23) | (x >> 41);",
+    ];
+    for l in lines.iter().take(2) {
+        let text = l["text"].as_str().unwrap_or("");
+        assert!(loop_text.iter().any(|t| text.contains(t)), "{l}");
+    }
     // Inlined frames: the bucket's innermost frame is chain, inlined into exe_hot.
     let b = s["buckets"]
         .as_array()

@@ -129,10 +129,12 @@ impl Session {
             let sampler = b
                 .build()
                 .map_err(|e| explain("creating the sampler", &e, first_pid))?;
+            // The sampler keeps a fixed period (the library's jitter drives NT profiles' events only): the
+            // report says 0 and a note says why.
             infos.push(SourceInfo {
                 source,
                 interval: sampler.interval(),
-                jitter: opts.jitter,
+                jitter: 0,
             });
             samplers.push(sampler);
         }
