@@ -7,8 +7,9 @@
  *
  * Exported calls: NtCreateProfile, NtCreateProfileEx, NtOpenProcess, NtStartProfile, NtStopProfile,
  * NtSetIntervalProfile, NtQueryIntervalProfile, NtClose, each with its Zw alias; and the extensions
- * NtprofileQueryStatistics, NtprofileQuerySources, NtprofileRegisterSource, NtprofileSetSourceJitter and
- * NtprofileStatusMessage.
+ * NtprofileQueryStatistics, NtprofileQuerySources, NtprofileRegisterSource, NtprofileSetSourceJitter,
+ * NtprofileStatusMessage, and the sampler: NtprofileCreateSampler, NtprofileEnableSampler, NtprofileReadSampler,
+ * NtprofileQuerySamplerStatistics.
  *
  * Documentation in the source tree: docs/api.md is the contract (every call, its checks in order and their
  * statuses, the bucket rule, intervals, sources, the extensions); docs/linux-mapping.md says how each call maps
@@ -533,6 +534,140 @@ static_assert(offsetof(NTPROFILE_MODULE_INFO, FullPathName) == 40, "ntprofile_mo
 #elif UINTPTR_MAX == 0xFFFFFFFFFFFFFFFFu && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(NTPROFILE_MODULE_INFO) == 296, "ntprofile_module_info_size");
 _Static_assert(offsetof(NTPROFILE_MODULE_INFO, FullPathName) == 40, "ntprofile_module_info_path");
+#endif
+
+/* ------------------------------------------------------------------------------------------------------------
+ * The sampler (ntprofile extension): perf_event sampling of whole process trees, or of everything, that hands
+ * the caller every decoded record -- samples (pid, tid, time, CPU, ip, optional call chain, optional user
+ * registers and user-stack copy) and side-band records (executable mappings, comm/exec, fork, exit, lost,
+ * throttle). For profilers that follow a process's children, exec and dlopen, and keep call stacks; the NT calls
+ * above keep their meaning (a profile on a process counts that process only). The caller drives the reading:
+ * records are delivered on the caller's thread, inside NtprofileReadSampler. docs/api.md section 8 has the
+ * details (checks, record fields, ordering, lifetimes).
+ */
+
+/* NTPROFILE_SAMPLER_CONFIG.Flags */
+#define NTPROFILE_SAMPLER_INHERIT   0x00000001u /* follow the processes the targets create (fork, exec, ...) */
+#define NTPROFILE_SAMPLER_GLOBAL    0x00000002u /* every process; ProcessCount must be 0 */
+#define NTPROFILE_SAMPLER_KERNEL    0x00000004u /* kernel samples too (CAP_PERFMON or perf_event_paranoid <= 1) */
+#define NTPROFILE_SAMPLER_SIDEBAND  0x00000008u /* mmap, comm, fork, exit records */
+
+typedef struct _NTPROFILE_SAMPLER_CONFIG {
+    ULONG Size;              /* sizeof(NTPROFILE_SAMPLER_CONFIG); else STATUS_INVALID_PARAMETER */
+    ULONG Flags;             /* NTPROFILE_SAMPLER_* */
+    KPROFILE_SOURCE Source;
+    ULONG Interval;          /* 0 = the source's current interval; else clamped as NtSetIntervalProfile does */
+    ULONG ProcessCount;      /* 0 and no GLOBAL flag = the current process */
+    ULONG Reserved0;         /* 0 */
+    const ULONG *ProcessIds; /* ProcessCount Linux pids */
+    KAFFINITY Affinity;      /* processors of group 0; 0 = every online processor */
+    USHORT MaxCallchain;     /* 0 = no call chain; else at most this many entries (capped by the kernel) */
+    USHORT Reserved1;        /* 0 */
+    ULONG UserStackSize;     /* 0 = no user stack copy; else bytes per sample (rounded to 8, at most 65528) */
+    ULONG RingPages;         /* data pages per CPU ring, a power of two; 0 = the default */
+    ULONG Reserved2;         /* 0 */
+} NTPROFILE_SAMPLER_CONFIG, *PNTPROFILE_SAMPLER_CONFIG;
+
+typedef enum _NTPROFILE_RECORD_TYPE {
+    NtprofileRecordSample = 1,
+    NtprofileRecordMmap,
+    NtprofileRecordComm,
+    NtprofileRecordFork,
+    NtprofileRecordExit,
+    NtprofileRecordLost,
+    NtprofileRecordThrottle,
+    NtprofileRecordUnthrottle
+} NTPROFILE_RECORD_TYPE;
+
+/* NTPROFILE_RECORD.Flags */
+#define NTPROFILE_RECORD_KERNEL   0x1u /* Sample: the ip is in the kernel */
+#define NTPROFILE_RECORD_EXEC     0x2u /* Comm: the comm changed because of an exec */
+#define NTPROFILE_RECORD_HAS_REGS 0x4u /* Sample: UserIp, UserSp and UserBp are valid */
+
+typedef struct _NTPROFILE_RECORD {
+    ULONG Type;               /* NTPROFILE_RECORD_TYPE */
+    ULONG Flags;              /* NTPROFILE_RECORD_* */
+    ULONG Pid;
+    ULONG Tid;
+    ULONG ParentPid;          /* Fork, Exit: the parent's pid (a new thread has ParentPid == Pid) */
+    ULONG ParentTid;          /* Fork, Exit: the parent's tid */
+    ULONG Cpu;                /* Sample: the CPU */
+    ULONG Reserved;
+    ULONGLONG Time;           /* CLOCK_MONOTONIC nanoseconds */
+    ULONGLONG Address;        /* Sample: ip; Mmap: start */
+    ULONGLONG Length;         /* Mmap: length; Lost: records lost */
+    ULONGLONG Offset;         /* Mmap: file offset (pgoff) */
+    ULONG Protection;         /* Mmap: PROT_* */
+    ULONG MapFlags;           /* Mmap: MAP_* */
+    ULONG CallchainCount;     /* entries at Callchain */
+    ULONG StackSize;          /* bytes at Stack */
+    const ULONGLONG *Callchain; /* raw, with the kernel's PERF_CONTEXT_* markers; NULL when empty */
+    ULONGLONG UserIp, UserSp, UserBp; /* valid with NTPROFILE_RECORD_HAS_REGS; Stack starts at UserSp */
+    const UCHAR *Stack;       /* the user stack copy; NULL when empty */
+    const char *Name;         /* Comm: the command; Mmap: the file name; NUL-terminated; NULL otherwise */
+    ULONG NameLength;         /* bytes of Name before its NUL */
+    ULONG Reserved2;
+} NTPROFILE_RECORD, *PNTPROFILE_RECORD;
+
+/* Called for each record, on the caller's thread, inside NtprofileReadSampler. The record and everything it
+ * points to live only during the call: copy what you keep. */
+typedef VOID (NTAPI *PNTPROFILE_RECORD_ROUTINE)(const NTPROFILE_RECORD *Record, PVOID Context);
+
+typedef struct _NTPROFILE_SAMPLER_STATISTICS {
+    ULONGLONG Records;        /* records delivered */
+    ULONGLONG Samples;        /* Sample records delivered */
+    ULONGLONG Lost;           /* records the kernel dropped (a full ring) */
+    ULONGLONG Throttled;      /* throttle records */
+    ULONGLONG Unthrottled;    /* unthrottle records */
+    ULONG TargetsExited;      /* 1 when every target process (and, with INHERIT, its descendants) has exited */
+    ULONG Reserved;
+} NTPROFILE_SAMPLER_STATISTICS, *PNTPROFILE_SAMPLER_STATISTICS;
+
+/* NtprofileCreateSampler -- open a sampler's events, disabled, and write its handle. Statuses, in order:
+ * STATUS_ACCESS_VIOLATION (SamplerHandle not writable, Config or ProcessIds not readable);
+ * STATUS_INVALID_PARAMETER (Config NULL, Size wrong, an unknown flag or a non-zero Reserved field, GLOBAL with
+ * ProcessCount, ProcessIds NULL with a count, RingPages not a power of two, UserStackSize above 65528, Affinity
+ * naming no online processor); STATUS_DATATYPE_MISALIGNMENT (Config or ProcessIds misaligned);
+ * STATUS_NOT_SUPPORTED (the source cannot be sampled here); STATUS_PRIVILEGE_NOT_HELD (GLOBAL or KERNEL without
+ * the privilege); STATUS_INVALID_CID (no such pid); STATUS_ACCESS_DENIED (a process the caller may not
+ * profile); STATUS_INSUFFICIENT_RESOURCES (descriptors, memory or ring memory ran out). A target that exits
+ * before or during the call is no error: TargetsExited is then 1. Close it with NtClose. */
+NTSYSCALLAPI NTSTATUS NTAPI NtprofileCreateSampler(PHANDLE SamplerHandle, const NTPROFILE_SAMPLER_CONFIG *Config);
+
+/* NtprofileEnableSampler -- start (Enable TRUE) or stop (FALSE) sampling; records already written stay
+ * readable. */
+NTSYSCALLAPI NTSTATUS NTAPI NtprofileEnableSampler(HANDLE SamplerHandle, BOOLEAN Enable);
+
+/* NtprofileReadSampler -- wait up to TimeoutMilliseconds (0 = do not wait) until a ring holds a quarter of its
+ * size, every target exited, or the timeout; then drain every ring once, calling Routine(Record, Context) for
+ * each record (records of one ring in order; across rings, order them by Time). A NULL Routine drains and
+ * counts only. *RecordCount (optional) receives the number of records. Pointers in a record live only during
+ * the call. A call on the same sampler from inside Routine (other than NtClose) returns
+ * STATUS_INVALID_PARAMETER. */
+NTSYSCALLAPI NTSTATUS NTAPI NtprofileReadSampler(HANDLE SamplerHandle, ULONG TimeoutMilliseconds,
+                                                 PNTPROFILE_RECORD_ROUTINE Routine, PVOID Context,
+                                                 PULONG RecordCount);
+
+/* NtprofileQuerySamplerStatistics -- the sampler's counts so far and whether every target exited. */
+NTSYSCALLAPI NTSTATUS NTAPI NtprofileQuerySamplerStatistics(HANDLE SamplerHandle,
+                                                            NTPROFILE_SAMPLER_STATISTICS *Statistics);
+
+#if UINTPTR_MAX == 0xFFFFFFFFFFFFFFFFu && (defined(__cplusplus) && __cplusplus >= 201103L)
+static_assert(sizeof(NTPROFILE_SAMPLER_CONFIG) == 56, "ntprofile_sampler_config_size");
+static_assert(offsetof(NTPROFILE_SAMPLER_CONFIG, ProcessIds) == 24, "ntprofile_sampler_config_pids");
+static_assert(offsetof(NTPROFILE_SAMPLER_CONFIG, MaxCallchain) == 40, "ntprofile_sampler_config_callchain");
+static_assert(sizeof(NTPROFILE_RECORD) == 136, "ntprofile_record_size");
+static_assert(offsetof(NTPROFILE_RECORD, Callchain) == 80, "ntprofile_record_callchain");
+static_assert(offsetof(NTPROFILE_RECORD, Name) == 120, "ntprofile_record_name");
+static_assert(sizeof(NTPROFILE_SAMPLER_STATISTICS) == 48, "ntprofile_sampler_statistics_size");
+#elif UINTPTR_MAX == 0xFFFFFFFFFFFFFFFFu && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
+_Static_assert(sizeof(NTPROFILE_SAMPLER_CONFIG) == 56, "ntprofile_sampler_config_size");
+_Static_assert(offsetof(NTPROFILE_SAMPLER_CONFIG, ProcessIds) == 24, "ntprofile_sampler_config_pids");
+_Static_assert(offsetof(NTPROFILE_SAMPLER_CONFIG, MaxCallchain) == 40, "ntprofile_sampler_config_callchain");
+_Static_assert(sizeof(NTPROFILE_RECORD) == 136, "ntprofile_record_size");
+_Static_assert(offsetof(NTPROFILE_RECORD, Callchain) == 80, "ntprofile_record_callchain");
+_Static_assert(offsetof(NTPROFILE_RECORD, Name) == 120, "ntprofile_record_name");
+_Static_assert(sizeof(NTPROFILE_SAMPLER_STATISTICS) == 48, "ntprofile_sampler_statistics_size");
 #endif
 
 /* NtprofileStatusMessage (ntprofile extension) -- what a status means: a static NUL-terminated sentence that

@@ -14,6 +14,9 @@ pub(crate) enum Object {
     Profile(Arc<ProfileCore>),
     /// A process object from `NtOpenProcess`.
     Process(Arc<crate::target::ProcessRef>),
+    /// A sampler from `NtprofileCreateSampler` (the sampler extension sits above this table: the C API's
+    /// sampler object is held type-erased and named by `ffi::sampler`, which alone creates and reads it).
+    Sampler(Arc<dyn std::any::Any + Send + Sync>),
 }
 
 struct Slot {

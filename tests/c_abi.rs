@@ -606,6 +606,26 @@ fn conformance_c() {
     );
 }
 
+/// The sampler extension from C (`ffi/sampler.c`): a forked child and its own child sampled to their exit,
+/// and the statuses of bad input and of handles of the wrong kind.
+#[test]
+fn sampler_c() {
+    let scratch = Scratch::new("sampler");
+    let exe = build_program(&scratch, "sampler");
+    let (ok, out) = run_program(&exe);
+    let summary = out
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    let failures: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert!(
+        ok && summary.ends_with(" passed, 0 failed"),
+        "ffi/sampler.c failed: `{summary}`\n{}",
+        failures.join("\n")
+    );
+}
+
 #[test]
 fn example_hot_c() {
     let scratch = Scratch::new("example_hot");

@@ -202,5 +202,70 @@ fn main() {
         0,
         "heap deallocations while the consumer decoded and counted samples"
     );
+    sampler_reads_without_allocating();
     println!("no_alloc: ok");
+}
+
+/// The sampler's `wait` and `read` (decode of variable-layout samples with call chain and user-stack copy,
+/// records that wrap round the ring's end copied into the scratch buffer) allocate nothing per record.
+fn sampler_reads_without_allocating() {
+    use ntprofile::{SampleRecord, Sampler};
+    // A 64 KiB ring and samples of about 1.2 KiB: the ring wraps many times and records straddle its end.
+    let mut sampler = Sampler::builder()
+        .interval(1000)
+        .callchain(32)
+        .user_stack(1024)
+        .ring_pages(16)
+        .build()
+        .expect("build the sampler");
+    sampler.enable().expect("enable");
+    let (mut records, mut samples, mut with_stack) = (0u64, 0u64, 0u64);
+    let mut sink = |r: &SampleRecord<'_>| {
+        records += 1;
+        if let SampleRecord::Sample(s) = r {
+            samples += 1;
+            with_stack += u64::from(!s.stack.is_empty() && !s.callchain.is_empty());
+        }
+    };
+    let mut x = spin(7, Duration::from_millis(50), Duration::ZERO);
+    sampler.read(&mut sink).expect("read");
+    let (allocs0, deallocs0) = (
+        ALLOCS.load(Ordering::SeqCst),
+        DEALLOCS.load(Ordering::SeqCst),
+    );
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(400) {
+        x = spin(x, Duration::from_millis(2), Duration::ZERO);
+        sampler.wait(Duration::ZERO).expect("wait");
+        sampler.read(&mut sink).expect("read");
+    }
+    let (allocs1, deallocs1) = (
+        ALLOCS.load(Ordering::SeqCst),
+        DEALLOCS.load(Ordering::SeqCst),
+    );
+    std::hint::black_box(x);
+    sampler.disable().expect("disable");
+    let stats = sampler.stats();
+    drop(sampler);
+    println!(
+        "sampler: {} allocations, {} deallocations while reading {records} records ({samples} samples, \
+         {with_stack} with call chain and stack); {stats:?}",
+        allocs1 - allocs0,
+        deallocs1 - deallocs0
+    );
+    assert!(
+        samples > 1000,
+        "the sampler delivered only {samples} samples"
+    );
+    assert!(with_stack * 10 >= samples * 9, "{with_stack} of {samples}");
+    assert_eq!(
+        allocs1 - allocs0,
+        0,
+        "heap allocations in the sampler's read"
+    );
+    assert_eq!(
+        deallocs1 - deallocs0,
+        0,
+        "heap deallocations in the sampler's read"
+    );
 }

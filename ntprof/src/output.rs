@@ -6,7 +6,7 @@
 //! that output quietly as other Unix tools do.
 
 #[cfg(test)]
-mod fixture;
+pub(crate) mod fixture;
 mod flame;
 mod pprof;
 mod table;
@@ -395,7 +395,7 @@ mod tests {
         }
         let doc = include_str!("../../docs/json-schema.md");
         let value: serde_json::Value =
-            serde_json::from_slice(&json(&fixture::report()).unwrap()).unwrap();
+            serde_json::from_slice(&json(&fixture::report_with_stacks()).unwrap()).unwrap();
         let mut all = Vec::new();
         keys(&value, &mut all);
         assert!(all.len() > 50);

@@ -468,9 +468,10 @@ fn rust_and_cpp_stacks_are_demangled() {
         ("Cubes", "<stacks_rust::Cubes as stacks_rust::Stage>::run"),
     ] {
         assert!(
-            hot.iter().any(|l| l
-                .contains(&format!("stacks_rust::main;stacks_rust::Pipeline::run;"))
-                && l.contains(&format!("{impl_};stacks_rust::Mixer<T>::mix"))),
+            hot.iter().any(
+                |l| l.contains("stacks_rust::main;stacks_rust::Pipeline::run;")
+                    && l.contains(&format!("{impl_};stacks_rust::Mixer<T>::mix"))
+            ),
             "{caller}: {hot:#?}"
         );
     }

@@ -109,7 +109,7 @@ fn create(
             Target::Global
         }
         other => match table.get(other)? {
-            Object::Profile(_) => return Err(NtStatus::OBJECT_TYPE_MISMATCH),
+            Object::Profile(_) | Object::Sampler(_) => return Err(NtStatus::OBJECT_TYPE_MISMATCH),
             Object::Process(p) => {
                 p.check_access()?;
                 Target::Process(p.clone())
@@ -203,7 +203,7 @@ fn with_profile(
     let table = table();
     match table.get(handle as usize)? {
         Object::Profile(core) => f(core),
-        Object::Process(_) => Err(NtStatus::OBJECT_TYPE_MISMATCH),
+        Object::Process(_) | Object::Sampler(_) => Err(NtStatus::OBJECT_TYPE_MISMATCH),
     }
 }
 
@@ -287,6 +287,8 @@ pub extern "C" fn NtClose(handle: Handle) -> i32 {
             }
             // The pidfd closes with the last reference (a started profile's stream may still hold one).
             Object::Process(_) => {}
+            // A read running meanwhile holds its own reference: the sampler closes when it returns.
+            Object::Sampler(_) => {}
         }
         Ok(())
     })
@@ -447,7 +449,7 @@ impl Scope {
             CURRENT_THREAD => Err(NtStatus::OBJECT_TYPE_MISMATCH),
             0 => Ok(Scope::Kernel),
             other => match table().get(other)? {
-                Object::Profile(_) => Err(NtStatus::OBJECT_TYPE_MISMATCH),
+                Object::Profile(_) | Object::Sampler(_) => Err(NtStatus::OBJECT_TYPE_MISMATCH),
                 Object::Process(p) if p.has_exited() => Ok(Scope::Process(None)),
                 Object::Process(p) => Ok(Scope::Process(Some(p.clone()))),
             },

@@ -1,4 +1,5 @@
-//! The C ABI, at the top of the layers: the exports with NT names and `Zw` aliases ([`exports`]), the pointer
+//! The C ABI, at the top of the layers: the exports with NT names and `Zw` aliases ([`exports`]), the sampler
+//! extension's exports ([`sampler`]), the pointer
 //! probes they check C pointers with (`probe`), and the `#[repr(C)]` records they write (`records`). The handle table they name objects with is `crate::handles`
 //! (below the fork handling, which invalidates it in a forked child).
 //!
@@ -10,3 +11,4 @@
 pub mod exports;
 pub(crate) mod probe;
 pub(crate) mod records;
+pub mod sampler;

@@ -563,3 +563,154 @@ fn decode_sample(body: &[u64], misc: u16, format: SampleFormat) -> Option<Sample
         stack,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(kind: u32, misc: u16, words: usize) -> u64 {
+        u64::from(kind) | u64::from(misc) << 32 | ((words as u64 * 8) << 48)
+    }
+
+    fn pair(a: u32, b: u32) -> u64 {
+        u64::from(a) | u64::from(b) << 32
+    }
+
+    fn text(s: &str, words: usize) -> Vec<u64> {
+        let mut bytes = s.as_bytes().to_vec();
+        bytes.resize(words * 8, 0);
+        bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+            .collect()
+    }
+
+    /// A sample with a call chain, registers and a stack copy whose dyn_size is below its size.
+    #[test]
+    fn a_full_sample_decodes_and_every_truncation_is_refused() {
+        let format = SampleFormat {
+            callchain: true,
+            user_stack: true,
+        };
+        let mut body = vec![0x401000, pair(10, 11), 123_456, pair(1, 0)];
+        body.extend([3, b::PERF_CONTEXT_USER, 0x401000, 0x401100]);
+        body.extend([
+            u64::from(b::PERF_SAMPLE_REGS_ABI_64),
+            0xB0,
+            0x5000,
+            0x401000,
+        ]);
+        body.extend([16, 0x1111, 0x2222, 12]);
+        let mut words = vec![header(b::PERF_RECORD_SAMPLE, 2, body.len() + 1)];
+        words.extend(&body);
+        let Some(SampleRecord::Sample(s)) = decode_record(&words, format) else {
+            panic!("not a sample");
+        };
+        assert_eq!(
+            (s.pid, s.tid, s.time, s.cpu, s.ip, s.kernel),
+            (10, 11, 123_456, 1, 0x401000, false)
+        );
+        assert_eq!(s.callchain, [b::PERF_CONTEXT_USER, 0x401000, 0x401100]);
+        assert_eq!(
+            s.regs,
+            Some(UserRegs {
+                ip: 0x401000,
+                sp: 0x5000,
+                bp: 0xB0
+            })
+        );
+        assert_eq!(s.stack.len(), 12, "dyn_size bytes of the copy");
+        // Every shorter record is refused, never read past its end.
+        for n in 1..words.len() {
+            assert!(decode_record(&words[..n], format).is_none(), "{n} words");
+        }
+        // A callchain length beyond the record.
+        let mut bad = words.clone();
+        bad[5] = u64::MAX;
+        assert!(decode_record(&bad, format).is_none());
+    }
+
+    #[test]
+    fn side_band_records_decode_with_their_trailer() {
+        let format = SampleFormat::default();
+        let trailer = [pair(7, 8), 999, pair(1, 0)];
+        // MMAP2 of "/bin/x".
+        let mut body = vec![
+            pair(7, 8),
+            0x1000,
+            0x2000,
+            0x3000,
+            pair(8, 1),
+            42,
+            1,
+            pair(5, 2),
+        ];
+        body.extend(text("/bin/x", 1));
+        body.extend(trailer);
+        let mut words = vec![header(b::PERF_RECORD_MMAP2, 0, body.len() + 1)];
+        words.extend(&body);
+        let Some(SampleRecord::Mmap(m)) = decode_record(&words, format) else {
+            panic!("not an mmap");
+        };
+        assert_eq!(
+            (
+                m.pid, m.tid, m.time, m.addr, m.len, m.pgoff, m.maj, m.min, m.ino, m.prot, m.flags
+            ),
+            (7, 8, 999, 0x1000, 0x2000, 0x3000, 8, 1, 42, 5, 2)
+        );
+        assert_eq!(m.filename, b"/bin/x");
+        // COMM with the exec flag.
+        let mut body = vec![pair(7, 7)];
+        body.extend(text("leaf", 1));
+        body.extend(trailer);
+        let mut words = vec![header(
+            b::PERF_RECORD_COMM,
+            b::PERF_RECORD_MISC_COMM_EXEC as u16,
+            6,
+        )];
+        words.extend(&body);
+        match decode_record(&words, format) {
+            Some(SampleRecord::Comm {
+                comm, exec, time, ..
+            }) => {
+                assert_eq!((comm, exec, time), (&b"leaf"[..], true, 999))
+            }
+            other => panic!("{other:?}"),
+        }
+        // FORK and EXIT.
+        let mut words = vec![
+            header(b::PERF_RECORD_FORK, 0, 7),
+            pair(9, 7),
+            pair(9, 7),
+            555,
+        ];
+        words.extend(trailer);
+        assert!(matches!(
+            decode_record(&words, format),
+            Some(SampleRecord::Fork {
+                pid: 9,
+                ppid: 7,
+                tid: 9,
+                ptid: 7,
+                time: 555
+            })
+        ));
+        words[0] = header(b::PERF_RECORD_EXIT, 0, 7);
+        assert!(matches!(
+            decode_record(&words, format),
+            Some(SampleRecord::Exit { pid: 9, .. })
+        ));
+        // LOST and an unknown kind.
+        let mut words = vec![header(b::PERF_RECORD_LOST, 0, 6), 1, 17];
+        words.extend(trailer);
+        assert!(matches!(
+            decode_record(&words, format),
+            Some(SampleRecord::Lost {
+                lost: 17,
+                time: 999
+            })
+        ));
+        words[0] = header(1000, 0, 6);
+        assert!(decode_record(&words, format).is_none());
+    }
+}

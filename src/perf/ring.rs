@@ -485,6 +485,48 @@ mod tests {
         );
     }
 
+    /// `drain_words`: a record that wraps round the ring's end comes whole from the scratch buffer, the ones in
+    /// one piece straight from the ring, and the tail moves past all of them.
+    #[test]
+    fn drain_words_reassembles_a_record_that_wraps() {
+        let mut ring = Ring::anonymous(1, SampleLayout { tid: true }).expect("anonymous ring");
+        let size = ring.mask + 1;
+        let put = |ring: &Ring, pos: u64, w: u64| {
+            let off = ring.data_offset + (pos & ring.mask) as usize;
+            let at = ring.base.wrapping_add(off).cast::<u64>();
+            // SAFETY: an 8-aligned word inside the data area of our own anonymous mapping.
+            unsafe { std::ptr::write_volatile(at, w) };
+        };
+        // Two turns round the ring already: positions keep growing, the data area wraps.
+        let start = 2 * size - 8;
+        let recs: [&[u64]; 2] = [
+            &[header(RECORD_SAMPLE, 32), 0xA1, 0xA2, 0xA3],
+            &[header(RECORD_THROTTLE, 16), 0xB1],
+        ];
+        let mut pos = start;
+        for rec in recs {
+            for &w in rec {
+                put(&ring, pos, w);
+                pos += 8;
+            }
+        }
+        ring.tail().store(start, Ordering::Relaxed);
+        ring.head().store(pos, Ordering::Release);
+        let mut scratch = vec![0u64; Ring::MAX_RECORD_WORDS];
+        let mut got: Vec<Vec<u64>> = Vec::new();
+        assert_eq!(ring.drain_words(&mut scratch, |w| got.push(w.to_vec())), 2);
+        assert_eq!(got, [recs[0].to_vec(), recs[1].to_vec()]);
+        assert_eq!(ring.tail().load(Ordering::Relaxed), pos);
+        // A torn header ends the pass at head.
+        put(&ring, pos, header(RECORD_SAMPLE, 4));
+        ring.head().store(pos + 16, Ordering::Release);
+        assert_eq!(
+            ring.drain_words(&mut scratch, |_| panic!("a torn record")),
+            0
+        );
+        assert_eq!(ring.tail().load(Ordering::Relaxed), pos + 16);
+    }
+
     #[test]
     fn corrupt_headers_end_the_pass() {
         let layout = SampleLayout { tid: false };

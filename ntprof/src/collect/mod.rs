@@ -13,7 +13,7 @@ use ntprofile::{IntervalUnit, ProfileSource};
 use crate::report::{ProcessReport, RunInfo, SourceReport};
 use crate::symbols::Kallsyms;
 use crate::tree::Tracker;
-use aggregate::{Inputs, share};
+use aggregate::Inputs;
 use symbolize::Symbolizers;
 
 /// A source of the run: what it sampled and how often.
@@ -143,12 +143,6 @@ fn process_table(t: &Tracker, endings: &Endings) -> Vec<ProcessReport> {
             }
         })
         .collect()
-}
-
-/// The share of `part` in `whole` (re-exported for the renderers' checks).
-#[allow(dead_code)]
-pub fn fraction(part: u64, whole: u64) -> f64 {
-    share(part, whole)
 }
 
 /// A RunInfo with the fields every mode fills the same way.

@@ -163,7 +163,7 @@ impl<'a> Symbolizers<'a> {
         match &m.kind {
             ModuleKind::File => {
                 if let Some(Some(elf)) = self.elf.get(&m.path) {
-                    self.from_elf(elf, placed.bias, object, &mut located);
+                    Self::elf_frames(elf, placed.bias, object, &mut located);
                 }
             }
             ModuleKind::Kernel(name) => {
@@ -193,7 +193,7 @@ impl<'a> Symbolizers<'a> {
         located
     }
 
-    fn from_elf(&self, elf: &ElfSymbolizer, bias: u64, object: u64, located: &mut Located) {
+    fn elf_frames(elf: &ElfSymbolizer, bias: u64, object: u64, located: &mut Located) {
         let r = elf.resolve(object);
         let mut frames = r.frames;
         if frames.is_empty()

@@ -4,8 +4,9 @@
 //! inlined helper `mix`), `hot_b` in `libhot.so` 300, and 100 outside every module. One sample was lost.
 
 use crate::report::{
-    BucketReport, CommandReport, Frame, FunctionReport, LineReport, ModuleReport, ProcessReport,
-    ProcessSamples, Report, RunInfo, SCHEMA_VERSION, SourceReport, Stats,
+    BucketReport, CommandReport, Frame, FunctionReport, LineReport, LocationReport, ModuleReport,
+    ProcessReport, ProcessSamples, Report, RunInfo, SCHEMA_VERSION, SourceReport, StackReport,
+    Stats,
 };
 
 fn frame(function: &str, file: &str, line: u32, inlined: bool) -> Frame {
@@ -113,6 +114,7 @@ pub fn report() -> Report {
             executable: Some("/opt/demo/bin/demo".into()),
             follow_children: true,
             symbolize_ms: 1.5,
+            call_graph: None,
             notes: vec!["every mapping was reported by the kernel as it was made".into()],
             expected: vec![],
             explanations: vec![],
@@ -178,6 +180,53 @@ pub fn report() -> Report {
                 line("demo", "mix", "/src/mix.h", 3, 250),
             ],
             buckets,
+            stacks: vec![],
+            locations: vec![],
         }],
     }
+}
+
+/// The same run recorded with call stacks: `hot_a` (with `mix` inlined) called from `run_a` (400) and `run_b`
+/// (200), `hot_b` from `run_b` (300, one stack of them truncated: 20), all under `main`.
+pub fn report_with_stacks() -> Report {
+    let mut r = report();
+    r.run.call_graph = Some("dwarf,8192".into());
+    let loc = |module: &str, address: u64, frames: &[(&str, bool)]| LocationReport {
+        module: module.into(),
+        address,
+        offset: address & 0xffff,
+        function: frames.last().unwrap().0.into(),
+        frames: frames
+            .iter()
+            .map(|&(f, inlined)| Frame {
+                function: f.into(),
+                file: None,
+                line: None,
+                inlined,
+            })
+            .collect(),
+    };
+    let s = &mut r.sources[0];
+    s.locations = vec![
+        loc("demo", 0x5555_0000_1130, &[("mix", true), ("hot_a", false)]),
+        loc("demo", 0x5555_0000_1210, &[("run_a", false)]),
+        loc("demo", 0x5555_0000_1250, &[("run_b", false)]),
+        loc("demo", 0x5555_0000_1300, &[("main", false)]),
+        loc("libhot.so", 0x7f00_0000_1100, &[("hot_b", false)]),
+    ];
+    let stack = |samples: u64, truncated: bool, frames: &[u32]| StackReport {
+        process: 0,
+        pid: 4242,
+        command: "demo".into(),
+        samples,
+        truncated,
+        frames: frames.to_vec(),
+    };
+    s.stacks = vec![
+        stack(400, false, &[0, 1, 3]),
+        stack(280, false, &[4, 2, 3]),
+        stack(200, false, &[0, 2, 3]),
+        stack(20, true, &[4]),
+    ];
+    r
 }

@@ -4,7 +4,7 @@
 //! that started it, when they were profiled too), `[truncated]` when the walk did not reach the first frame,
 //! then the callers outermost first, each with its inlined functions expanded, down to the sampled function.
 //! Without call stacks a histogram of program counters has no callers; the hierarchy drawn instead is where the
-//! samples are: module → function → inlined functions (outermost first) → file:line. Either way, widths are
+//! samples are: command → module → function → inlined functions (outermost first) → file:line. Either way, widths are
 //! samples; the samples outside every profiled module are one more root frame, so that each box's width is its
 //! share as the text report gives it. One graph per source (their units differ); the title names the source.
 
@@ -85,17 +85,17 @@ pub fn folded_text(report: &Report) -> String {
 /// The folded lines of a source: call stacks when it has them.
 fn source_folded(report: &Report, source: &SourceReport) -> Vec<String> {
     if source.stacks.is_empty() {
-        folded(source)
+        folded(report, source)
     } else {
         folded_stacks(report, source)
     }
 }
 
-/// The folded stacks of one source: `module;function;inlined…;file:line samples`, one line per bucket.
-pub fn folded(source: &SourceReport) -> Vec<String> {
+/// The folded stacks of one source: `command;module;function;inlined…;file:line samples`, one line per bucket.
+pub fn folded(report: &Report, source: &SourceReport) -> Vec<String> {
     let mut lines = Vec::new();
     for bucket in source.buckets.iter().filter(|b| b.samples > 0) {
-        let mut stack = vec![frame_name(&bucket.module)];
+        let mut stack = vec![frame_name(&bucket.command), frame_name(&bucket.module)];
         if bucket.frames.is_empty() {
             stack.push(frame_name(&format!(
                 "{}+{:#x}",
@@ -117,8 +117,17 @@ pub fn folded(source: &SourceReport) -> Vec<String> {
         }
         lines.push(format!("{} {}", stack.join(";"), bucket.samples));
     }
-    if source.stats.outside > 0 {
-        lines.push(format!("{OUTSIDE} {}", source.stats.outside));
+    let mut listed = 0;
+    for p in source.processes.iter().filter(|p| p.outside > 0) {
+        let command = report
+            .processes
+            .get(p.process as usize)
+            .map_or("", |r| r.command.as_str());
+        lines.push(format!("{};{OUTSIDE} {}", frame_name(command), p.outside));
+        listed += p.outside;
+    }
+    if source.stats.outside > listed {
+        lines.push(format!("{OUTSIDE} {}", source.stats.outside - listed));
     }
     lines
 }
@@ -160,16 +169,35 @@ mod tests {
     #[test]
     fn folded_stacks_go_module_function_inlined_line() {
         let report = fixture::report();
-        let lines = folded(&report.sources[0]);
+        let lines = folded(&report, &report.sources[0]);
         assert_eq!(
             lines,
             [
-                "demo;hot_a;demo.c:12 350",
-                "demo;hot_a;mix;mix.h:3 250",
-                "libhot.so;hot_b;hot, \"b\".c:7 300",
+                "demo;demo;hot_a;demo.c:12 350",
+                "demo;demo;hot_a;mix;mix.h:3 250",
+                "demo;libhot.so;hot_b;hot, \"b\".c:7 300",
+                "demo;[outside profiled modules] 100",
+            ]
+        );
+    }
+
+    #[test]
+    fn call_stacks_fold_from_the_command_outward_in_with_inlined_frames_and_truncation() {
+        let report = fixture::report_with_stacks();
+        assert_eq!(
+            folded_stacks(&report, &report.sources[0]),
+            [
+                "demo;main;run_a;hot_a;mix 400",
+                "demo;main;run_b;hot_b 280",
+                "demo;main;run_b;hot_a;mix 200",
+                "demo;[truncated];hot_b 20",
                 "[outside profiled modules] 100",
             ]
         );
+        assert!(folded_text(&report).starts_with("demo;main;run_a;hot_a;mix 400\n"));
+        let svg = String::from_utf8(render_source(&report, &report.sources[0]).unwrap()).unwrap();
+        assert!(svg.contains("run_a (400 samples, 40.00%)"), "{svg}");
+        assert!(svg.contains("run_b (480 samples, 48.00%)"));
     }
 
     #[test]
@@ -186,6 +214,7 @@ mod tests {
         let mut report = fixture::report();
         report.sources[0].buckets.clear();
         report.sources[0].stats.outside = 0;
+        report.sources[0].processes.clear();
         assert!(render_source(&report, &report.sources[0]).is_err());
     }
 }

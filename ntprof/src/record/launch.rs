@@ -2,7 +2,6 @@
 //! let it go, wait for its real exit status; SIGINT and SIGTERM read from a signalfd.
 
 use std::os::unix::process::CommandExt;
-use std::process::Child;
 
 use nix::sys::ptrace;
 use nix::sys::signal::{SigSet, Signal};
@@ -72,8 +71,6 @@ pub fn spawn_error(cmd: &str, err: &std::io::Error) -> Failure {
 
 /// A command started under `PTRACE_TRACEME`, stopped after its `execve`.
 pub struct Stopped {
-    /// The child (dropped only after its status was collected).
-    pub child: Child,
     /// Its pid.
     pub pid: Pid,
 }
@@ -115,7 +112,7 @@ pub fn start(argv: &[String], traced: bool) -> Result<Stopped, Failure> {
             Err(e) => return Err(Failure::new(EXIT_FAILURE, format!("waitpid: {e}"))),
         }
     }
-    Ok(Stopped { child, pid })
+    Ok(Stopped { pid })
 }
 
 impl Stopped {

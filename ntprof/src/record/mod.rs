@@ -208,12 +208,13 @@ pub fn record(args: &RecordArgs) -> Result<Outcome, Failure> {
             "no command to record: 'ntprof record [OPTIONS] -- CMD [ARGS...]'",
         ));
     }
-    session::check_sources(&args.profile)?;
+    // Signals first: the library may start threads, which must inherit the blocked mask.
     let (_set, sigfd) = launch::block_signals()?;
+    session::check_sources(&args.profile)?;
     let started_at = collect::now_rfc3339();
     let cmd = launch::start(&args.command, true)?;
     let pid_u = cmd.pid.as_raw() as u32;
-    let mut session = match start_session(&cmd, pid_u, args) {
+    let mut session = match start_session(pid_u, args) {
         Ok(s) => s,
         Err(f) => {
             cmd.kill();
@@ -261,8 +262,8 @@ pub fn record(args: &RecordArgs) -> Result<Outcome, Failure> {
     run.exit_status = exit;
     run.ended_by = "exited".into();
     run.executable = executable;
-    fill_common(&mut run, args, &session);
-    run.notes = notes::user_notes(&session);
+    fill_common(&mut run, args);
+    run.notes = notes::user_notes(&session, args.profile.jitter);
     run.explanations = notes::explanations(&session, run.duration_s, cpu, true);
     let endings: Endings = exit
         .map(|c| vec![(0, launch::ending(c))])
@@ -277,22 +278,20 @@ pub fn record(args: &RecordArgs) -> Result<Outcome, Failure> {
 }
 
 /// The options every mode records the same way.
-fn fill_common(run: &mut RunInfo, args: &RecordArgs, session: &Session) {
+fn fill_common(run: &mut RunInfo, args: &RecordArgs) {
     run.cpus = args.profile.cpus.as_ref().map(|c| c.0.clone());
     run.bucket_log2 = args.profile.bucket.unwrap_or(0);
     run.follow_children = !args.profile.no_inherit;
     run.expected = args.profile.expect.clone();
-    let _ = session;
 }
 
 /// At the stop after `execve`: open and enable the samplers on the command, and take its current mappings.
-fn start_session(cmd: &launch::Stopped, pid: u32, args: &RecordArgs) -> Result<Session, Failure> {
+fn start_session(pid: u32, args: &RecordArgs) -> Result<Session, Failure> {
     let mut session = Session::open(Targets::Pids(&[pid]), &args.profile, false, true)?;
     session.enable()?;
     let maps = space::read_executable_maps(pid)
         .map_err(|e| Failure::new(EXIT_FAILURE, format!("cannot read /proc/{pid}/maps: {e}")))?;
     let comm = procs::comm(pid).unwrap_or_else(|| args.command[0].clone());
-    let _ = cmd;
     session
         .tracker
         .add_process(pid, std::process::id(), &comm, &maps, 0);

@@ -7,7 +7,7 @@ use super::session::Session;
 const FEW: u64 = 50;
 
 /// The notes of a user-space run (`record`, `attach`).
-pub fn user_notes(session: &Session) -> Vec<String> {
+pub fn user_notes(session: &Session, jitter: u32) -> Vec<String> {
     let t = &session.tracker;
     let mut notes = vec![
         "user-space profiles: time the program spent in the kernel (system calls, page faults) is not \
@@ -35,6 +35,12 @@ pub fn user_notes(session: &Session) -> Vec<String> {
             "{} process(es) appeared without the kernel's record of their creation; their mappings were read \
              from /proc when their first sample arrived",
             t.late_processes
+        ));
+    }
+    if jitter > 0 {
+        notes.push(format!(
+            "--jitter {jitter} was not applied: the process-tree sampler keeps a fixed period (jitter applies to \
+             the library's NT profiles only)"
         ));
     }
     if session.infos.len() > 1 {

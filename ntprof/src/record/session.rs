@@ -2,7 +2,7 @@
 //! `--no-inherit`), read in rounds; each round's records are put in time order and applied to the model of the
 //! run ([`Tracker`]).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ntprofile::{ProfileSource, Sampler, sampler_clock_ns};
 
@@ -33,8 +33,6 @@ pub struct Session {
     /// The model of the run.
     pub tracker: Tracker,
     order: Order,
-    /// When the session started (wall clock, for progress and durations).
-    pub t0: Instant,
 }
 
 /// Check the options that concern sources and processors; returns the distinct sources in order.
@@ -141,10 +139,12 @@ impl Session {
             let sampler = b
                 .build()
                 .map_err(|e| explain("creating the sampler", &e, first_pid))?;
+            // The sampler keeps a fixed period (the library's jitter drives NT profiles' events only): the
+            // report says 0 and a note says why.
             infos.push(SourceInfo {
                 source,
                 interval: sampler.interval(),
-                jitter: opts.jitter,
+                jitter: 0,
             });
             samplers.push(sampler);
         }
@@ -153,7 +153,6 @@ impl Session {
             infos,
             tracker,
             order: Order::default(),
-            t0: Instant::now(),
         })
     }
 
@@ -208,11 +207,6 @@ impl Session {
             counts.throttled = counts.throttled.max(st.throttled);
         }
         Ok(())
-    }
-
-    /// Whether every target (and, following, every process they created) has exited.
-    pub fn targets_exited(&self) -> bool {
-        self.samplers.first().is_some_and(Sampler::targets_exited)
     }
 
     /// The counts so far, for the progress line.

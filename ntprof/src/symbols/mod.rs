@@ -70,6 +70,7 @@ impl Mapping {
     }
 
     /// True when the mapping is backed by a file (not anonymous, not `[vdso]`/`[stack]`…).
+    #[allow(dead_code)] // The recorder now learns mappings from the kernel's records.
     pub fn is_file(&self) -> bool {
         self.path.starts_with('/')
     }

@@ -177,6 +177,7 @@ mod tests {
                 follow_children: true,
                 explanations: vec!["a reason".into()],
                 symbolize_ms: 1.5,
+                call_graph: None,
                 notes: vec!["a note".into()],
                 expected: vec![Expectation {
                     function: "hot".into(),
@@ -257,6 +258,8 @@ mod tests {
                     text: Some("    x = x * 31;".into()),
                 }],
                 buckets: vec![],
+                stacks: vec![],
+                locations: vec![],
             }],
         }
     }

@@ -189,3 +189,39 @@ fn print_children(out: &mut String, node: &Node<'_>, total: u64, depth: usize) {
         print_children(out, child, total, depth + 1);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::fixture;
+
+    #[test]
+    fn callers_share_the_inclusive_samples_and_the_tree_nests() {
+        let report = fixture::report_with_stacks();
+        let text = render(&report, 10, true);
+        // hot_a: 600 inclusive, 400 from run_a and 200 from run_b.
+        let at = text
+            .find("  hot_a  self 60.0%  inclusive 60.0%")
+            .expect(&text);
+        let rest = &text[at..];
+        let a = rest.find("66.7%  run_a").expect(&text);
+        let b = rest.find("33.3%  run_b").expect(&text);
+        assert!(a < b, "{text}");
+        // hot_b: 280 from run_b, 20 from a truncated stack.
+        assert!(
+            text.contains("93.3%  run_b") && text.contains("6.7%  [truncated]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("(2.0% of the counted samples have a truncated stack"),
+            "{text}"
+        );
+        // The tree: demo > main > run_b (48 %) > hot_b (28 %).
+        let tree = &text[text.find("Call tree").expect(&text)..];
+        assert!(tree.contains(" 90.0%   0.0%  demo\n"), "{tree}");
+        assert!(tree.contains(" 88.0%   0.0%    main\n"), "{tree}");
+        assert!(tree.contains(" 48.0%   0.0%      run_b\n"), "{tree}");
+        assert!(tree.contains(" 28.0%  28.0%        hot_b\n"), "{tree}");
+        assert!(!render(&fixture::report(), 10, true).contains("Called from"));
+    }
+}

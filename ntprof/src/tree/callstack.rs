@@ -81,11 +81,6 @@ impl Stacks {
     pub fn truncated(&self, id: u32) -> bool {
         self.truncated[id as usize]
     }
-
-    /// Number of distinct stacks.
-    pub fn len(&self) -> usize {
-        self.locs.len()
-    }
 }
 
 /// The DWARF unwinders of the processes (built when a process's first stack copy arrives, kept up to date with

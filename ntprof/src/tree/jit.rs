@@ -89,6 +89,7 @@ impl PerfMap {
     }
 
     /// Number of named ranges.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.ranges.len()
     }

@@ -226,6 +226,7 @@ impl Order {
     }
 
     /// Records waiting for a later round.
+    #[cfg(test)]
     pub fn held(&self) -> usize {
         self.pending.len()
     }

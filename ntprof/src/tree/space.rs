@@ -136,6 +136,7 @@ impl Space {
     }
 
     /// Number of mappings.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.maps.len()
     }

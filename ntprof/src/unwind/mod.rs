@@ -124,14 +124,6 @@ impl ProcessUnwinder {
         }
     }
 
-    /// Forget every mapping (the process called exec).
-    pub fn clear(&mut self) {
-        for start in self.modules.drain(..) {
-            self.unwinder.remove_module(start);
-        }
-        self.regions.clear();
-    }
-
     /// Remove the regions overlapping `[start, end)` (a new mapping replaces what it overlaps).
     fn unmap(&mut self, start: u64, end: u64) {
         let overlapping: Vec<u64> = self
@@ -171,16 +163,6 @@ impl ProcessUnwinder {
                 self.modules.push(start);
             }
         }
-    }
-
-    /// True when `addr` lies in a known executable region.
-    pub fn is_code(&self, addr: u64) -> bool {
-        is_code(&self.regions, addr)
-    }
-
-    /// The number of known executable regions.
-    pub fn regions(&self) -> usize {
-        self.regions.len()
     }
 
     /// Walk the stack of a sample: `regs` as the sample's user registers, `stack` the copy of the stack from

@@ -1,13 +1,16 @@
 //! Google's pprof format: `profile.proto`, gzipped.
 //!
-//! The messages below are written from the public `profile.proto` (package `perftools.profiles`, proto3) with its
-//! field numbers, and encoded by prost. One pprof profile holds every source of the run: each source has two sample
-//! types (samples/count, and its own unit: nanoseconds for time sources, events otherwise), and each non-zero bucket
-//! becomes one sample whose values are non-zero only in its own source's columns. The samples that fell outside
-//! every profiled module are one more sample per source on a location named `[outside profiled modules]`, so that
-//! pprof's percentages are the shares of the text report (samples / (counted + outside)).
+//! The messages ([`proto`]) are written from the public `profile.proto` (package `perftools.profiles`, proto3) with
+//! its field numbers, and encoded by prost. One pprof profile holds every source of the run: each source has two
+//! sample types (samples/count, and its own unit: nanoseconds for time sources, events otherwise), and each
+//! non-zero bucket becomes one sample whose values are non-zero only in its own source's columns, labelled with
+//! the process's `pid` (numeric) and `command` (string) so that `pprof -tags` lists them and `-tagfocus=command=gzip`
+//! selects one command. The samples that fell outside every profiled module are one more sample per process with
+//! such samples, on a location named `[outside profiled modules]`, so that pprof's percentages are the shares of the
+//! text report (samples / (counted + outside)).
 //!
-//! Locations are bucket start addresses, each in the mapping of its module; a location's lines are the frames of
+//! The mappings are the modules, the profiled executable first (pprof titles its views with the first mapping's
+//! file). Locations are bucket addresses, each in the mapping of its module; a location's lines are the frames of
 //! the address, innermost (inlined) first, as pprof expects.
 //!
 //! With call stacks (`-g`, `--call-graph`) a sample is one stack instead: one location per frame (the sampled
@@ -22,6 +25,9 @@ use flate2::Compression;
 use flate2::write::GzEncoder;
 use prost::Message;
 
+mod proto;
+pub use proto::*;
+
 use crate::report::{Frame, Report, SourceReport};
 
 /// The name of the function the outside samples are shown under.
@@ -29,181 +35,6 @@ pub const OUTSIDE: &str = "[outside profiled modules]";
 
 /// The root frame of a call stack whose walk was cut short.
 pub const TRUNCATED: &str = "[truncated]";
-
-/// `perftools.profiles.Profile`.
-#[derive(Clone, PartialEq, Message)]
-pub struct Profile {
-    /// A description of the samples' values.
-    #[prost(message, repeated, tag = "1")]
-    pub sample_type: Vec<ValueType>,
-    /// The samples.
-    #[prost(message, repeated, tag = "2")]
-    pub sample: Vec<Sample>,
-    /// The mapped objects; id 1 and up.
-    #[prost(message, repeated, tag = "3")]
-    pub mapping: Vec<Mapping>,
-    /// The locations (addresses); id 1 and up.
-    #[prost(message, repeated, tag = "4")]
-    pub location: Vec<Location>,
-    /// The functions; id 1 and up.
-    #[prost(message, repeated, tag = "5")]
-    pub function: Vec<Function>,
-    /// Every string of the profile; index 0 is the empty string.
-    #[prost(string, repeated, tag = "6")]
-    pub string_table: Vec<String>,
-    /// Regular expression of frames to drop (string index).
-    #[prost(int64, tag = "7")]
-    pub drop_frames: i64,
-    /// Regular expression of frames to keep (string index).
-    #[prost(int64, tag = "8")]
-    pub keep_frames: i64,
-    /// When the profile was collected, nanoseconds since the epoch.
-    #[prost(int64, tag = "9")]
-    pub time_nanos: i64,
-    /// How long the profile covers, in nanoseconds.
-    #[prost(int64, tag = "10")]
-    pub duration_nanos: i64,
-    /// What one sampling period is.
-    #[prost(message, optional, tag = "11")]
-    pub period_type: Option<ValueType>,
-    /// The sampling period, in `period_type`'s unit.
-    #[prost(int64, tag = "12")]
-    pub period: i64,
-    /// Free-form comments (string indices).
-    #[prost(int64, repeated, tag = "13")]
-    pub comment: Vec<i64>,
-    /// String index of the type (a `sample_type` name) shown by default; unset, the last.
-    #[prost(int64, tag = "14")]
-    pub default_sample_type: i64,
-}
-
-/// `ValueType`: a type and unit, both string indices.
-#[derive(Clone, PartialEq, Message)]
-pub struct ValueType {
-    /// E.g. `samples`, `cpu`.
-    #[prost(int64, tag = "1")]
-    pub r#type: i64,
-    /// E.g. `count`, `nanoseconds`.
-    #[prost(int64, tag = "2")]
-    pub unit: i64,
-}
-
-/// `Sample`: a stack of locations (leaf first) and one value per sample type.
-#[derive(Clone, PartialEq, Message)]
-pub struct Sample {
-    /// Location ids, leaf first.
-    #[prost(uint64, repeated, tag = "1")]
-    pub location_id: Vec<u64>,
-    /// One value per `Profile::sample_type`.
-    #[prost(int64, repeated, tag = "2")]
-    pub value: Vec<i64>,
-    /// Labels.
-    #[prost(message, repeated, tag = "3")]
-    pub label: Vec<Label>,
-}
-
-/// `Label`: a key with a string or numeric value.
-#[derive(Clone, PartialEq, Message)]
-pub struct Label {
-    /// String index.
-    #[prost(int64, tag = "1")]
-    pub key: i64,
-    /// String index of the value.
-    #[prost(int64, tag = "2")]
-    pub str: i64,
-    /// Numeric value.
-    #[prost(int64, tag = "3")]
-    pub num: i64,
-    /// String index of the numeric value's unit.
-    #[prost(int64, tag = "4")]
-    pub num_unit: i64,
-}
-
-/// `Mapping`: one mapped object.
-#[derive(Clone, PartialEq, Message)]
-pub struct Mapping {
-    /// Id, 1 and up.
-    #[prost(uint64, tag = "1")]
-    pub id: u64,
-    /// Runtime start address.
-    #[prost(uint64, tag = "2")]
-    pub memory_start: u64,
-    /// Runtime end address (exclusive).
-    #[prost(uint64, tag = "3")]
-    pub memory_limit: u64,
-    /// File offset of `memory_start`.
-    #[prost(uint64, tag = "4")]
-    pub file_offset: u64,
-    /// String index of the object's path.
-    #[prost(int64, tag = "5")]
-    pub filename: i64,
-    /// String index of the build id (hex).
-    #[prost(int64, tag = "6")]
-    pub build_id: i64,
-    /// The locations of this mapping carry function names.
-    #[prost(bool, tag = "7")]
-    pub has_functions: bool,
-    /// They carry file names.
-    #[prost(bool, tag = "8")]
-    pub has_filenames: bool,
-    /// They carry line numbers.
-    #[prost(bool, tag = "9")]
-    pub has_line_numbers: bool,
-    /// They carry inlined frames.
-    #[prost(bool, tag = "10")]
-    pub has_inline_frames: bool,
-}
-
-/// `Location`: an address and its frames.
-#[derive(Clone, PartialEq, Message)]
-pub struct Location {
-    /// Id, 1 and up.
-    #[prost(uint64, tag = "1")]
-    pub id: u64,
-    /// The mapping holding the address, 0 for none.
-    #[prost(uint64, tag = "2")]
-    pub mapping_id: u64,
-    /// Runtime address.
-    #[prost(uint64, tag = "3")]
-    pub address: u64,
-    /// The frames at the address: the last is the caller the earlier ones were inlined into.
-    #[prost(message, repeated, tag = "4")]
-    pub line: Vec<Line>,
-    /// Several call sites folded into one location.
-    #[prost(bool, tag = "5")]
-    pub is_folded: bool,
-}
-
-/// `Line`: a function and a line in it.
-#[derive(Clone, PartialEq, Message)]
-pub struct Line {
-    /// The function's id.
-    #[prost(uint64, tag = "1")]
-    pub function_id: u64,
-    /// Line number, 0 when unknown.
-    #[prost(int64, tag = "2")]
-    pub line: i64,
-}
-
-/// `Function`.
-#[derive(Clone, PartialEq, Message)]
-pub struct Function {
-    /// Id, 1 and up.
-    #[prost(uint64, tag = "1")]
-    pub id: u64,
-    /// String index of the (demangled) name.
-    #[prost(int64, tag = "2")]
-    pub name: i64,
-    /// String index of the name as the object has it.
-    #[prost(int64, tag = "3")]
-    pub system_name: i64,
-    /// String index of the source file.
-    #[prost(int64, tag = "4")]
-    pub filename: i64,
-    /// The function's first line, 0 when unknown.
-    #[prost(int64, tag = "5")]
-    pub start_line: i64,
-}
 
 /// Builds the string table, functions and locations with de-duplication.
 #[derive(Default)]
@@ -276,6 +107,25 @@ impl Builder {
     }
 }
 
+/// The labels of a sample: `pid` (numeric) and `command` (string), for `pprof -tags` and `-tagfocus`.
+fn labels(b: &mut Builder, pid: u32, command: &str) -> Vec<Label> {
+    let mut labels = vec![Label {
+        key: b.string("pid"),
+        str: 0,
+        num: i64::from(pid),
+        num_unit: 0,
+    }];
+    if !command.is_empty() {
+        labels.push(Label {
+            key: b.string("command"),
+            str: b.string(command),
+            num: 0,
+            num_unit: 0,
+        });
+    }
+    labels
+}
+
 /// Saturating conversion for values pprof stores as int64.
 fn int64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
@@ -342,11 +192,19 @@ pub fn profile(report: &Report) -> Profile {
         });
     }
 
-    // One mapping per module name (modules are the same objects in every source of a run).
+    // One mapping per module name (modules are the same objects in every source of a run). The profiled
+    // executable first: pprof's views are titled with the first mapping's file.
     let mut mappings: Vec<Mapping> = Vec::new();
     let mut mapping_of: HashMap<&str, u64> = HashMap::new();
-    for source in &report.sources {
-        for module in &source.modules {
+    let mut modules: Vec<(&crate::report::SourceReport, &crate::report::ModuleReport)> = report
+        .sources
+        .iter()
+        .flat_map(|s| s.modules.iter().map(move |m| (s, m)))
+        .collect();
+    let executable = report.run.executable.as_deref();
+    modules.sort_by_key(|(_, m)| Some(m.path.as_str()) != executable);
+    {
+        for (source, module) in modules {
             if mapping_of.contains_key(module.name.as_str()) {
                 continue;
             }
@@ -430,7 +288,7 @@ pub fn profile(report: &Report) -> Profile {
             samples.push(Sample {
                 location_id: vec![location],
                 value: values(bucket.samples),
-                label: Vec::new(),
+                label: labels(&mut b, bucket.pid, &bucket.command),
             });
         }
         if source.stats.outside > 0 {
@@ -440,11 +298,27 @@ pub fn profile(report: &Report) -> Profile {
                     line: 0,
                 }]
             });
-            samples.push(Sample {
-                location_id: vec![location],
-                value: values(source.stats.outside),
-                label: Vec::new(),
-            });
+            // One sample per process with outside samples, labelled like the others; the rest unlabelled.
+            let mut left = source.stats.outside;
+            for p in source.processes.iter().filter(|p| p.outside > 0) {
+                let command = report
+                    .processes
+                    .get(p.process as usize)
+                    .map_or("", |r| r.command.as_str());
+                left = left.saturating_sub(p.outside);
+                samples.push(Sample {
+                    location_id: vec![location],
+                    value: values(p.outside),
+                    label: labels(&mut b, p.pid, command),
+                });
+            }
+            if left > 0 {
+                samples.push(Sample {
+                    location_id: vec![location],
+                    value: values(left),
+                    label: Vec::new(),
+                });
+            }
         }
     }
 
@@ -500,8 +374,6 @@ fn stack_samples(
     values: &dyn Fn(u64) -> Vec<i64>,
     samples: &mut Vec<Sample>,
 ) {
-    let command_key = b.string("command");
-    let pid_key = b.string("pid");
     for stack in source.stacks.iter().filter(|s| s.samples > 0) {
         let mut ids = Vec::with_capacity(stack.frames.len() + 1);
         for &l in &stack.frames {
@@ -532,22 +404,10 @@ fn stack_samples(
                 }]
             }));
         }
-        let command = b.string(&stack.command);
         samples.push(Sample {
             location_id: ids,
             value: values(stack.samples),
-            label: vec![
-                Label {
-                    key: command_key,
-                    str: command,
-                    ..Label::default()
-                },
-                Label {
-                    key: pid_key,
-                    num: i64::from(stack.pid),
-                    ..Label::default()
-                },
-            ],
+            label: labels(b, stack.pid, &stack.command),
         });
     }
 }
@@ -562,107 +422,4 @@ pub fn render(report: &Report) -> Result<Vec<u8>, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::io::Read;
-
-    use super::*;
-    use crate::output::fixture;
-
-    fn decode(bytes: &[u8]) -> Profile {
-        let mut raw = Vec::new();
-        flate2::read::GzDecoder::new(bytes)
-            .read_to_end(&mut raw)
-            .unwrap();
-        Profile::decode(raw.as_slice()).unwrap()
-    }
-
-    #[test]
-    fn one_sample_per_bucket_plus_outside_with_values_in_both_units() {
-        let report = fixture::report();
-        let p = decode(&render(&report).unwrap());
-        let source = &report.sources[0];
-        assert_eq!(p.string_table[0], "");
-        assert_eq!(p.sample.len(), source.buckets.len() + 1);
-        let total: i64 = p.sample.iter().map(|s| s.value[0]).sum();
-        assert_eq!(total as u64, source.stats.counted + source.stats.outside);
-        for s in &p.sample {
-            assert_eq!(s.value[1], s.value[0] * source.sample_value as i64);
-        }
-        let st = |i: i64| p.string_table[i as usize].as_str();
-        assert_eq!(
-            (st(p.sample_type[0].r#type), st(p.sample_type[0].unit)),
-            ("samples", "count")
-        );
-        assert_eq!(
-            (st(p.sample_type[1].r#type), st(p.sample_type[1].unit)),
-            ("cpu", "nanoseconds")
-        );
-        assert_eq!(p.duration_nanos, 2_000_000_000);
-        assert_eq!(st(p.default_sample_type), "cpu");
-        assert_eq!(p.period, 1_000_000);
-    }
-
-    #[test]
-    fn inlined_frames_innermost_first_in_the_module_mapping() {
-        let report = fixture::report();
-        let p = decode(&render(&report).unwrap());
-        let st = |i: i64| p.string_table[i as usize].clone();
-        let inlined = report.sources[0]
-            .buckets
-            .iter()
-            .find(|b| b.frames.len() == 2)
-            .unwrap();
-        let loc = p
-            .location
-            .iter()
-            .find(|l| l.address == inlined.address)
-            .unwrap();
-        let names: Vec<String> = loc
-            .line
-            .iter()
-            .map(|l| st(p.function[l.function_id as usize - 1].name))
-            .collect();
-        assert_eq!(names, ["mix", "hot_a"]);
-        let mapping = &p.mapping[loc.mapping_id as usize - 1];
-        assert!(mapping.memory_start <= loc.address && loc.address < mapping.memory_limit);
-        assert_eq!(st(mapping.filename), "/opt/demo/bin/demo");
-        assert!(mapping.has_inline_frames && mapping.has_line_numbers);
-    }
-
-    #[test]
-    fn two_sources_have_their_own_columns() {
-        let mut report = fixture::report();
-        let mut faults = report.sources[0].clone();
-        faults.name = "page-faults".into();
-        faults.sample_unit = "events".into();
-        faults.sample_value = 1;
-        report.sources.push(faults);
-        let p = decode(&render(&report).unwrap());
-        assert_eq!(p.sample_type.len(), 4);
-        let n = report.sources[0].buckets.len() + 1;
-        assert!(
-            p.sample[..n]
-                .iter()
-                .all(|s| s.value[2] == 0 && s.value[3] == 0)
-        );
-        assert!(
-            p.sample[n..]
-                .iter()
-                .all(|s| s.value[0] == 0 && s.value[2] == s.value[3])
-        );
-    }
-
-    #[test]
-    fn rfc3339_dates() {
-        assert_eq!(rfc3339_nanos("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(
-            rfc3339_nanos("2000-03-01T00:00:01.5Z"),
-            Some(951_868_801_500_000_000)
-        );
-        assert_eq!(
-            rfc3339_nanos("2026-11-23T13:46:41Z"),
-            Some(1_795_441_601_000_000_000)
-        );
-        assert_eq!(rfc3339_nanos("yesterday"), None);
-    }
-}
+mod tests;

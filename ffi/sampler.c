@@ -1,0 +1,273 @@
+/*
+ * sampler.c -- the sampler extension from C (docs/api.md section 8): a forked child that forks a grandchild is
+ * sampled with NtprofileCreateSampler / NtprofileEnableSampler / NtprofileReadSampler /
+ * NtprofileQuerySamplerStatistics / NtClose, and the statuses of bad input are checked. Every check prints one
+ * line; the last line is "N passed, M failed" and the exit status is non-zero when anything failed.
+ *
+ * Build: gcc -O2 -std=c11 -I include ffi/sampler.c -L <dir> -lntprofile -Wl,-rpath,<dir>
+ */
+#define _GNU_SOURCE
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ntprofile.h"
+
+static int passed;
+static int failed;
+
+static void expect_status(int line, const char *what, NTSTATUS got, NTSTATUS want)
+{
+    if (got == want) {
+        passed++;
+        printf("ok   sampler.c:%-4d %s -> 0x%08X\n", line, what, (unsigned)got);
+    } else {
+        failed++;
+        printf("FAIL sampler.c:%-4d %s -> 0x%08X, expected 0x%08X\n", line, what, (unsigned)got, (unsigned)want);
+    }
+}
+
+static void expect_true(int line, const char *what, int ok, const char *detail)
+{
+    if (ok)
+        passed++;
+    else
+        failed++;
+    printf("%s sampler.c:%-4d %s: %s\n", ok ? "ok  " : "FAIL", line, what, detail);
+}
+
+#define EXPECT(what, call, want) expect_status(__LINE__, (what), (call), (want))
+#define CHECK(what, cond, ...)                                                                                    \
+    do {                                                                                                          \
+        char detail_[256];                                                                                        \
+        snprintf(detail_, sizeof detail_, __VA_ARGS__);                                                           \
+        expect_true(__LINE__, (what), (cond) ? 1 : 0, detail_);                                                   \
+    } while (0)
+
+static double cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static void spin(double ms)
+{
+    volatile unsigned long x = 1;
+    double end = cpu_ms() + ms;
+    while (cpu_ms() < end)
+        for (int i = 0; i < 10000; i++) x = x * 6364136223846793005UL + 1;
+}
+
+/* The child: waits for a byte on the pipe, forks a grandchild, both spin 200 ms, the child reaps it. */
+static pid_t start_child(int *go)
+{
+    int fds[2];
+    if (pipe(fds) != 0) exit(2);
+    pid_t pid = fork();
+    if (pid < 0) exit(2);
+    if (pid == 0) {
+        char c;
+        close(fds[1]);
+        if (read(fds[0], &c, 1) != 1) _exit(3);
+        pid_t grandchild = fork();
+        spin(200);
+        if (grandchild == 0) _exit(0);
+        waitpid(grandchild, NULL, 0);
+        _exit(0);
+    }
+    close(fds[0]);
+    *go = fds[1];
+    return pid;
+}
+
+/* What the record routine saw. */
+struct seen {
+    ULONG child;
+    ULONG grandchild;     /* from the Fork record */
+    ULONG child_samples;
+    ULONG grandchild_samples;
+    ULONG other_samples;
+    ULONG samples;
+    ULONG records;
+    ULONG exits;          /* Exit records of a main thread of the tree */
+    ULONG bad;            /* records with impossible fields */
+};
+
+static VOID NTAPI on_record(const NTPROFILE_RECORD *r, PVOID context)
+{
+    struct seen *s = (struct seen *)context;
+    s->records++;
+    switch (r->Type) {
+    case NtprofileRecordSample:
+        s->samples++;
+        if (r->Pid == s->child)
+            s->child_samples++;
+        else if (s->grandchild && r->Pid == s->grandchild)
+            s->grandchild_samples++;
+        else
+            s->other_samples++;
+        if (r->Time == 0 || r->Address == 0) s->bad++;
+        break;
+    case NtprofileRecordFork:
+        if (r->ParentPid == s->child && r->Pid != s->child) s->grandchild = r->Pid;
+        break;
+    case NtprofileRecordExit:
+        if (r->Pid == r->Tid && (r->Pid == s->child || r->Pid == s->grandchild)) s->exits++;
+        break;
+    case NtprofileRecordComm:
+    case NtprofileRecordMmap:
+        if (!r->Name || strlen(r->Name) != r->NameLength) s->bad++;
+        break;
+    default:
+        break;
+    }
+}
+
+static NTPROFILE_SAMPLER_CONFIG config_for(const ULONG *pids, ULONG count)
+{
+    NTPROFILE_SAMPLER_CONFIG c;
+    memset(&c, 0, sizeof c);
+    c.Size = sizeof c;
+    c.Flags = NTPROFILE_SAMPLER_INHERIT | NTPROFILE_SAMPLER_SIDEBAND;
+    c.Source = ProfileTime;
+    c.ProcessCount = count;
+    c.ProcessIds = pids;
+    return c;
+}
+
+int main(void)
+{
+    printf("-- a forked child and its own child, sampled\n");
+    int go;
+    pid_t child = start_child(&go);
+    ULONG pids[1] = {(ULONG)child};
+    NTPROFILE_SAMPLER_CONFIG config = config_for(pids, 1);
+    HANDLE sampler = NULL;
+    EXPECT("NtprofileCreateSampler(child)", NtprofileCreateSampler(&sampler, &config), STATUS_SUCCESS);
+    EXPECT("NtprofileEnableSampler(TRUE)", NtprofileEnableSampler(sampler, 1), STATUS_SUCCESS);
+    if (write(go, "g", 1) != 1) return 2;
+    close(go);
+    struct seen seen;
+    memset(&seen, 0, sizeof seen);
+    seen.child = (ULONG)child;
+    NTPROFILE_SAMPLER_STATISTICS stats;
+    memset(&stats, 0, sizeof stats);
+    ULONG total = 0;
+    for (int i = 0; i < 400; i++) {
+        ULONG n = 0;
+        NTSTATUS s = NtprofileReadSampler(sampler, 50, on_record, &seen, &n);
+        if (s != STATUS_SUCCESS) {
+            EXPECT("NtprofileReadSampler", s, STATUS_SUCCESS);
+            break;
+        }
+        total += n;
+        if (NtprofileQuerySamplerStatistics(sampler, &stats) != STATUS_SUCCESS || stats.TargetsExited) break;
+    }
+    EXPECT("NtprofileReadSampler (the last records)", NtprofileReadSampler(sampler, 0, on_record, &seen, NULL),
+           STATUS_SUCCESS);
+    EXPECT("NtprofileQuerySamplerStatistics", NtprofileQuerySamplerStatistics(sampler, &stats), STATUS_SUCCESS);
+    waitpid(child, NULL, 0);
+    printf("child %u: %u samples; grandchild %u: %u samples; other %u; %u records\n", (unsigned)child,
+           (unsigned)seen.child_samples, (unsigned)seen.grandchild, (unsigned)seen.grandchild_samples,
+           (unsigned)seen.other_samples, (unsigned)seen.records);
+    CHECK("TargetsExited", stats.TargetsExited == 1, "%u", (unsigned)stats.TargetsExited);
+    CHECK("the child's samples", seen.child_samples >= 40, "%u", (unsigned)seen.child_samples);
+    CHECK("a Fork record of the grandchild", seen.grandchild != 0, "pid %u", (unsigned)seen.grandchild);
+    CHECK("the grandchild's samples", seen.grandchild_samples >= 40, "%u", (unsigned)seen.grandchild_samples);
+    CHECK("no sample of another process", seen.other_samples == 0, "%u", (unsigned)seen.other_samples);
+    CHECK("Exit records of both", seen.exits == 2, "%u", (unsigned)seen.exits);
+    CHECK("well-formed records", seen.bad == 0, "%u bad", (unsigned)seen.bad);
+    CHECK("Samples == Sample records", stats.Samples == seen.samples, "%llu vs %u",
+          (unsigned long long)stats.Samples, (unsigned)seen.samples);
+    CHECK("Records == records delivered", stats.Records == seen.records, "%llu vs %u",
+          (unsigned long long)stats.Records, (unsigned)seen.records);
+    CHECK("RecordCount summed", total <= seen.records && total > 0, "%u of %u", (unsigned)total,
+          (unsigned)seen.records);
+
+    printf("-- handles of the wrong kind, stale handles\n");
+    EXPECT("NtStartProfile(sampler)", NtStartProfile(sampler), STATUS_OBJECT_TYPE_MISMATCH);
+    EXPECT("NtStopProfile(sampler)", NtStopProfile(sampler), STATUS_OBJECT_TYPE_MISMATCH);
+    static ULONG buffer[64];
+    HANDLE profile = NULL;
+    EXPECT("NtCreateProfile", NtCreateProfile(&profile, NtCurrentProcess(), (PVOID)0x10000, 0x1000, 8, buffer,
+                                              sizeof buffer, ProfileTime, (KAFFINITY)-1),
+           STATUS_SUCCESS);
+    EXPECT("NtprofileReadSampler(profile)", NtprofileReadSampler(profile, 0, on_record, &seen, NULL),
+           STATUS_OBJECT_TYPE_MISMATCH);
+    EXPECT("NtprofileEnableSampler(profile)", NtprofileEnableSampler(profile, 1), STATUS_OBJECT_TYPE_MISMATCH);
+    EXPECT("NtprofileQuerySamplerStatistics(profile)", NtprofileQuerySamplerStatistics(profile, &stats),
+           STATUS_OBJECT_TYPE_MISMATCH);
+    EXPECT("NtprofileEnableSampler(NtCurrentProcess())", NtprofileEnableSampler(NtCurrentProcess(), 1),
+           STATUS_INVALID_HANDLE);
+    EXPECT("NtClose(profile)", NtClose(profile), STATUS_SUCCESS);
+    EXPECT("NtprofileQuerySamplerStatistics(NULL)", NtprofileQuerySamplerStatistics(sampler, NULL),
+           STATUS_ACCESS_VIOLATION);
+    EXPECT("NtClose(sampler)", NtClose(sampler), STATUS_SUCCESS);
+    EXPECT("NtprofileReadSampler(closed)", NtprofileReadSampler(sampler, 0, on_record, &seen, NULL),
+           STATUS_INVALID_HANDLE);
+    EXPECT("NtClose(closed)", NtClose(sampler), STATUS_INVALID_HANDLE);
+
+    printf("-- bad configurations\n");
+    HANDLE h = NULL;
+    NTPROFILE_SAMPLER_CONFIG c = config_for(NULL, 0);
+    EXPECT("Config NULL", NtprofileCreateSampler(&h, NULL), STATUS_INVALID_PARAMETER);
+    EXPECT("SamplerHandle NULL", NtprofileCreateSampler(NULL, &c), STATUS_ACCESS_VIOLATION);
+    EXPECT("SamplerHandle unwritable", NtprofileCreateSampler((PHANDLE)(uintptr_t)8, &c), STATUS_ACCESS_VIOLATION);
+    EXPECT("Config unreadable", NtprofileCreateSampler(&h, (const NTPROFILE_SAMPLER_CONFIG *)(uintptr_t)64),
+           STATUS_ACCESS_VIOLATION);
+    static unsigned char raw[sizeof(NTPROFILE_SAMPLER_CONFIG) + 8];
+    memcpy(raw + 4, &c, sizeof c);
+    EXPECT("Config misaligned", NtprofileCreateSampler(&h, (const NTPROFILE_SAMPLER_CONFIG *)(raw + 4)),
+           STATUS_DATATYPE_MISALIGNMENT);
+    c.Size = sizeof c - 8;
+    EXPECT("Size too small", NtprofileCreateSampler(&h, &c), STATUS_INVALID_PARAMETER);
+    c = config_for(NULL, 0);
+    c.Flags |= 0x100;
+    EXPECT("unknown flag", NtprofileCreateSampler(&h, &c), STATUS_INVALID_PARAMETER);
+    c = config_for(NULL, 0);
+    c.Reserved1 = 1;
+    EXPECT("Reserved1 set", NtprofileCreateSampler(&h, &c), STATUS_INVALID_PARAMETER);
+    c = config_for(pids, 1);
+    c.Flags |= NTPROFILE_SAMPLER_GLOBAL;
+    EXPECT("GLOBAL with ProcessIds", NtprofileCreateSampler(&h, &c), STATUS_INVALID_PARAMETER);
+    c = config_for(NULL, 1);
+    EXPECT("ProcessIds NULL", NtprofileCreateSampler(&h, &c), STATUS_INVALID_PARAMETER);
+    c = config_for((const ULONG *)(uintptr_t)64, 1);
+    EXPECT("ProcessIds unreadable", NtprofileCreateSampler(&h, &c), STATUS_ACCESS_VIOLATION);
+    ULONG missing[1] = {0x7FFFFFFF};
+    c = config_for(missing, 1);
+    EXPECT("no such pid", NtprofileCreateSampler(&h, &c), STATUS_INVALID_CID);
+    c = config_for(NULL, 0);
+    c.Source = ProfileLoadInstructions;
+    EXPECT("a source with no perf event", NtprofileCreateSampler(&h, &c), STATUS_NOT_SUPPORTED);
+    c = config_for(NULL, 0);
+    c.UserStackSize = 65536;
+    EXPECT("UserStackSize 65536", NtprofileCreateSampler(&h, &c), STATUS_INVALID_PARAMETER);
+    c = config_for(NULL, 0);
+    c.RingPages = 3;
+    EXPECT("RingPages 3", NtprofileCreateSampler(&h, &c), STATUS_INVALID_PARAMETER);
+    CHECK("no handle written by a failed create", h == NULL, "%p", h);
+
+    printf("-- the current process (ProcessCount 0), with call chains\n");
+    c = config_for(NULL, 0);
+    c.MaxCallchain = 16;
+    c.Interval = 1000;
+    EXPECT("NtprofileCreateSampler(current)", NtprofileCreateSampler(&h, &c), STATUS_SUCCESS);
+    EXPECT("NtprofileEnableSampler(TRUE)", NtprofileEnableSampler(h, 1), STATUS_SUCCESS);
+    spin(100);
+    EXPECT("NtprofileEnableSampler(FALSE)", NtprofileEnableSampler(h, 0), STATUS_SUCCESS);
+    memset(&seen, 0, sizeof seen);
+    seen.child = (ULONG)getpid();
+    EXPECT("NtprofileReadSampler(current)", NtprofileReadSampler(h, 0, on_record, &seen, NULL), STATUS_SUCCESS);
+    CHECK("own samples", seen.child_samples >= 100 && seen.other_samples == 0, "%u own, %u other",
+          (unsigned)seen.child_samples, (unsigned)seen.other_samples);
+    EXPECT("NtClose", NtClose(h), STATUS_SUCCESS);
+
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
