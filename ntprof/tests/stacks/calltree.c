@@ -7,7 +7,7 @@
  * Every function is noinline and does work after its call, so no call is turned into a jump (a tail call
  * would remove the caller from the stack and the test would measure the compiler, not the profiler). Built
  * twice by the tests: with -fno-omit-frame-pointer -mno-omit-leaf-frame-pointer (frame-pointer stacks) and
- * with -fomit-frame-pointer (DWARF stacks). Prints "calltree: done" and a checksum to stderr. */
+ * with -fomit-frame-pointer (DWARF stacks). Prints "calltree: done", a checksum and the work done to stderr. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,23 +81,30 @@ __attribute__((noinline)) uint64_t sort_caller(uint64_t x)
 int main(int argc, char **argv)
 {
     double seconds = argc > 1 ? atof(argv[1]) : 1.0;
-    uint64_t unit = 1 << 14, x = 1, lcg = 12345;
+    /* calltree 0 ROUNDS: a fixed amount of work (ROUNDS rounds of a fixed size) instead of a CPU time, for
+     * benchmarks: a profiler's cost on this thread is then the CPU time it adds. */
+    long fixed_rounds = argc > 2 ? atol(argv[2]) : 0;
+    uint64_t unit = 1 << 14, x = 1, lcg = 12345, work = 0, sorts = 0;
     double start = cpu_seconds();
-    for (double t = start; t < start + seconds;) {
+    for (double t = start; fixed_rounds > 0 ? (long)sorts < fixed_rounds : t < start + seconds;) {
         x = caller_a(x, unit);
         x = caller_b(x, unit);
         x = sort_caller(x);
+        work += 5 * unit;
+        sorts++;
         double t2 = cpu_seconds(), took = t2 - t;
         /* Rounds of 2 to 8 ms, varied pseudo-randomly: rounds of one fixed length would phase-lock with a
          * periodic timer and bias which caller the samples land in. */
         lcg = lcg * 6364136223846793005ULL + 1442695040888963407ULL;
         double target = 0.002 + 0.006 * (double)(lcg >> 11) / (double)(1ULL << 53);
-        if (took > 0) {
+        if (took > 0 && fixed_rounds == 0) {
             double ideal = unit * target / took;
             unit = (uint64_t)((unit + ideal) / 2 > 1 ? (unit + ideal) / 2 : 1);
         }
         t = t2;
     }
-    fprintf(stderr, "calltree: done (%llx)\n", (unsigned long long)x);
+    /* The work done, for benchmarks: a profiler's cost on this thread shows as less work in the same CPU time. */
+    fprintf(stderr, "calltree: done (%llx); work %llu leaf iterations and %llu sorts in %.3f s of CPU\n",
+            (unsigned long long)x, (unsigned long long)work, (unsigned long long)sorts, cpu_seconds() - start);
     return 0;
 }
