@@ -517,3 +517,114 @@ fn bad_call_graph_values_are_usage_errors() {
         assert!(err.contains(says), "{value}: {err}");
     }
 }
+
+/// Samples of the folded lines containing all of `frames` in this order.
+fn samples_with(folded: &str, frames: &[&str]) -> u64 {
+    folded
+        .lines()
+        .filter_map(|l| l.rsplit_once(' '))
+        .filter(|(stack, _)| {
+            let mut it = stack.split(';');
+            frames.iter().all(|f| it.any(|x| x == *f))
+        })
+        .map(|(_, n)| n.parse::<u64>().unwrap())
+        .sum()
+}
+
+#[test]
+fn threads_signal_handlers_and_stripped_programs_unwind() {
+    // Threads: every worker's stack is complete, down to the thread's start (clone3, start_thread).
+    let threads = dir().join("threads");
+    common::gcc(
+        &[
+            "-O2",
+            "-g",
+            "-pthread",
+            "-fomit-frame-pointer",
+            "-o",
+            "threads",
+            &Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/c/threads.c")
+                .to_string_lossy(),
+        ],
+        dir(),
+    );
+    let r = record("threads", &["--call-graph", "dwarf"], &threads, &["0.7"]);
+    let hot = samples_with(&r.folded, &["thread_hot"]);
+    let full = samples_with(&r.folded, &["start_thread", "worker", "thread_hot"]);
+    println!("threads: thread_hot {hot}, under start_thread > worker {full}");
+    assert!(
+        hot > 500 && full as f64 >= 0.95 * hot as f64,
+        "{}",
+        r.folded
+    );
+
+    // A signal handler: its stack goes on, past the signal frame, into the interrupted main_loop.
+    common::gcc(
+        &[
+            "-O2",
+            "-g",
+            "-fomit-frame-pointer",
+            "-o",
+            "signals",
+            &src("signals.c"),
+        ],
+        dir(),
+    );
+    let r = record(
+        "signals",
+        &["--call-graph", "dwarf"],
+        &dir().join("signals"),
+        &["1"],
+    );
+    let handler = samples_with(&r.folded, &["in_handler"]);
+    let through = samples_with(
+        &r.folded,
+        &["main", "main_loop", "__restore_rt", "in_handler"],
+    );
+    println!("signals: in_handler {handler}, through the signal frame into main_loop {through}");
+    assert!(
+        handler > 100 && through as f64 >= 0.9 * handler as f64,
+        "{}",
+        r.folded
+    );
+
+    // Stripped (names from .dynsym with -rdynamic; unwinding by .eh_frame, which strip keeps).
+    common::gcc(
+        &[
+            "-O2",
+            "-fomit-frame-pointer",
+            "-rdynamic",
+            "-o",
+            "calltree_stripped",
+            &src("calltree.c"),
+        ],
+        dir(),
+    );
+    let out = Command::new("strip")
+        .arg(dir().join("calltree_stripped"))
+        .output()
+        .expect("run strip");
+    assert!(out.status.success());
+    let r = record(
+        "stripped",
+        &["--call-graph", "dwarf"],
+        &dir().join("calltree_stripped"),
+        &[SECONDS],
+    );
+    let (a, b) = (
+        samples_with(&r.folded, &["main", "caller_a", "leaf"]),
+        samples_with(&r.folded, &["main", "caller_b", "leaf"]),
+    );
+    let n = (a + b) as f64;
+    let sigma = (0.24 / n).sqrt();
+    println!(
+        "stripped: caller_a {a}, caller_b {b}: {:.1} %",
+        a as f64 / n * 100.0
+    );
+    assert!(
+        n > 200.0 && (a as f64 / n - 0.6).abs() <= 3.0 * sigma,
+        "{}",
+        r.folded
+    );
+}

@@ -20,13 +20,20 @@
 //! address, which points after the call instruction: look it up at `address - 1` for its function and line
 //! (the return address may be the first byte of another line or function). Kernel callchains (frame pointers)
 //! follow the same convention.
+//!
+//! **Signal frames.** A signal handler returns into the kernel's signal-return trampoline (glibc's
+//! `__restore_rt`), whose CFI the unwinder cannot evaluate. When a return address is that trampoline (its code,
+//! `mov $15, %rax; syscall`, read from the file), the walk reads the interrupted context from the `ucontext` the
+//! kernel saved on the stack (in the copy) and goes on from the interrupted instruction. To keep the one
+//! convention, the trampoline is given as its address + 1 and the interrupted instruction as its address + 1, so
+//! that `address - 1` is each one exactly.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
-use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
+use framehop::{ExplicitModuleSectionInfo, FrameAddress, Module, Unwinder};
 
 use crate::symbols::{Mapping, load_bias};
 
@@ -103,6 +110,8 @@ pub struct ProcessUnwinder {
     cache: CacheX86_64,
     /// Executable regions (file-backed or anonymous, e.g. JIT code), by start: end.
     regions: BTreeMap<u64, u64>,
+    /// The file-backed regions' unwind sections and load bias, by start.
+    files: BTreeMap<u64, (u64, Arc<UnwindSections>)>,
     /// Starts of the regions that have a framehop module.
     modules: Vec<u64>,
 }
@@ -120,6 +129,7 @@ impl ProcessUnwinder {
             unwinder: UnwinderX86_64::new(),
             cache: CacheX86_64::new(),
             regions: BTreeMap::new(),
+            files: BTreeMap::new(),
             modules: Vec::new(),
         }
     }
@@ -134,6 +144,7 @@ impl ProcessUnwinder {
             .collect();
         for s in overlapping {
             self.regions.remove(&s);
+            self.files.remove(&s);
             if let Some(i) = self.modules.iter().position(|&m| m == s) {
                 self.modules.swap_remove(i);
                 self.unwinder.remove_module(s);
@@ -162,6 +173,18 @@ impl ProcessUnwinder {
                 self.unwinder.add_module(module);
                 self.modules.push(start);
             }
+            if let Some(sections) = files.sections(Path::new(path)) {
+                let mapping = Mapping {
+                    start,
+                    end,
+                    perms: "r-xp".to_string(),
+                    offset: pgoff,
+                    path: String::new(),
+                };
+                if let Some(bias) = load_bias(&mapping, sections.segments.iter().copied()) {
+                    self.files.insert(start, (bias, sections));
+                }
+            }
         }
     }
 
@@ -170,35 +193,71 @@ impl ProcessUnwinder {
     /// [`MAX_FRAMES`] in all) and returns true when the walk is truncated (see the module documentation).
     pub fn unwind(&mut self, regs: UserRegs, stack: &[u8], out: &mut Vec<u64>) -> bool {
         let sp = regs.sp;
-        let mut read_stack = |addr: u64| -> Result<u64, ()> {
+        let read = |addr: u64| -> Result<u64, ()> {
             let offset = usize::try_from(addr.checked_sub(sp).ok_or(())?).map_err(|_| ())?;
             let bytes = stack
                 .get(offset..offset.checked_add(8).ok_or(())?)
                 .ok_or(())?;
             Ok(u64::from_le_bytes(bytes.try_into().map_err(|_| ())?))
         };
-        let start = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
-        let mut frames =
-            self.unwinder
-                .iter_frames(regs.ip, start, &mut self.cache, &mut read_stack);
-        let mut count = 0;
+        let mut read_stack = read;
+        let mut state = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+        let mut frame = FrameAddress::from_instruction_pointer(regs.ip);
+        out.push(regs.ip);
+        let mut count = 1;
         loop {
-            match frames.next() {
-                Ok(Some(frame)) => {
-                    let addr = frame.address();
-                    if count > 0 && !self.regions.is_empty() && !is_code(&self.regions, addr) {
-                        return true;
-                    }
-                    if count == MAX_FRAMES {
-                        return true;
-                    }
-                    out.push(addr);
-                    count += 1;
-                }
+            let ret = match self.unwinder.unwind_frame(
+                frame,
+                &mut state,
+                &mut self.cache,
+                &mut read_stack,
+            ) {
+                Ok(Some(ret)) => ret,
                 Ok(None) => return false,
                 Err(_) => return true,
+            };
+            if !self.regions.is_empty() && !is_code(&self.regions, ret.wrapping_sub(1)) {
+                return true;
             }
+            if count + 2 > MAX_FRAMES {
+                return true;
+            }
+            if self.is_sigreturn(ret) {
+                // The handler returned into the trampoline: the ucontext is at the stack pointer now, its
+                // mcontext (sigcontext) 40 bytes in: rbp at 10, rsp at 15, rip at 16 eight-byte words.
+                let uc = state.sp().wrapping_add(40);
+                let (Ok(bp), Ok(sp), Ok(ip)) = (read(uc + 80), read(uc + 120), read(uc + 128))
+                else {
+                    out.push(ret + 1);
+                    return true;
+                };
+                if !is_code(&self.regions, ip) {
+                    out.push(ret + 1);
+                    return true;
+                }
+                out.push(ret + 1);
+                out.push(ip + 1);
+                count += 2;
+                state = UnwindRegsX86_64::new(ip, sp, bp);
+                frame = FrameAddress::from_instruction_pointer(ip);
+                continue;
+            }
+            let Some(next) = FrameAddress::from_return_address(ret) else {
+                return true;
+            };
+            out.push(ret);
+            count += 1;
+            frame = next;
         }
+    }
+
+    /// True when `addr` (a return address) is the signal-return trampoline of its module.
+    fn is_sigreturn(&self, addr: u64) -> bool {
+        let Some((&start, (bias, sections))) = self.files.range(..=addr).next_back() else {
+            return false;
+        };
+        addr < self.regions.get(&start).copied().unwrap_or(0)
+            && sections.is_sigreturn(addr.wrapping_sub(*bias))
     }
 }
 

@@ -6,9 +6,11 @@
 //! and the `PT_LOAD` segments that give a mapping's load bias. The code itself is not read: x86-64 CFI is
 //! exact at every instruction, prologues and epilogues included.
 
+use std::collections::HashMap;
+use std::io::{Read, Seek, SeekFrom};
 use std::ops::Range;
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use object::{Object, ObjectSection, ObjectSegment, ReadCache, ReadRef};
 
@@ -26,11 +28,21 @@ pub struct Section {
     pub data: Bytes,
 }
 
+/// x86-64 `rt_sigreturn` trampoline (glibc's `__restore_rt`): `mov $15, %rax; syscall`. A handler returns into it;
+/// the interrupted context is the `ucontext` at the stack pointer then.
+const SIGRETURN: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+
 /// The unwind information of one ELF file.
 #[derive(Debug, Default)]
 pub struct UnwindSections {
+    /// The file.
+    pub path: PathBuf,
     /// `(p_offset, p_vaddr)` of each `PT_LOAD` segment.
     pub segments: Vec<(u64, u64)>,
+    /// `(p_offset, p_vaddr, p_filesz)` of each `PT_LOAD` segment.
+    pub loads: Vec<(u64, u64, u64)>,
+    /// Addresses already checked for the signal-return trampoline.
+    sigreturn: Mutex<HashMap<u64, bool>>,
     /// `.text` range (no bytes).
     pub text: Option<Range<u64>>,
     /// `.got` range (no bytes).
@@ -69,6 +81,12 @@ impl UnwindSections {
         let file = object::File::parse(&cache)
             .map_err(|e| format!("cannot parse {}: {e}", path.display()))?;
         let mut out = UnwindSections {
+            path: path.to_path_buf(),
+            loads: file
+                .segments()
+                .map(|s| (s.file_range().0, s.address(), s.file_range().1))
+                .collect(),
+            sigreturn: Mutex::default(),
             segments: file
                 .segments()
                 .map(|s| (s.file_range().0, s.address()))
@@ -105,6 +123,33 @@ impl UnwindSections {
             }
         }
         Ok(out)
+    }
+
+    /// True when the code at file virtual address `svma` is the signal-return trampoline (read from the file
+    /// once per address).
+    pub fn is_sigreturn(&self, svma: u64) -> bool {
+        let mut seen = self
+            .sigreturn
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *seen.entry(svma).or_insert_with(|| {
+            let Some(&(offset, vaddr, size)) = self
+                .loads
+                .iter()
+                .find(|&&(_, v, n)| v <= svma && svma + SIGRETURN.len() as u64 <= v + n)
+            else {
+                return false;
+            };
+            let mut code = [0u8; SIGRETURN.len()];
+            std::fs::File::open(&self.path)
+                .and_then(|mut f| {
+                    f.seek(SeekFrom::Start(offset + (svma - vaddr)))?;
+                    f.read_exact(&mut code)
+                })
+                .is_ok()
+                && size > 0
+                && code == SIGRETURN
+        })
     }
 
     /// True when there is any CFI to unwind with.
