@@ -113,6 +113,7 @@ pub fn report() -> Report {
             executable: Some("/opt/demo/bin/demo".into()),
             follow_children: true,
             symbolize_ms: 1.5,
+            recorder_cpu_ms: 12.5,
             notes: vec!["every mapping was reported by the kernel as it was made".into()],
             expected: vec![],
             explanations: vec![],

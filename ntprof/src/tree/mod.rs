@@ -5,12 +5,15 @@
 //! Counts are kept by (image, stack): a *stack* is an interned sequence of locations, one frame today (the
 //! sampled instruction); call stacks will add frames without changing the aggregation.
 
+pub mod hash;
 pub mod jit;
 pub mod order;
 pub mod procs;
 pub mod space;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
+
+use hash::FastMap;
 
 use order::{Event, name_of};
 use procs::Processes;
@@ -31,7 +34,7 @@ pub struct Loc {
 pub struct Stacks {
     /// The location of each stack id.
     pub locs: Vec<Loc>,
-    ids: HashMap<Loc, u32>,
+    ids: FastMap<Loc, u32>,
 }
 
 impl Stacks {
@@ -51,9 +54,9 @@ impl Stacks {
 #[derive(Default)]
 pub struct SourceCounts {
     /// Samples by (image, stack).
-    pub counts: HashMap<(u32, u32), u64>,
+    pub counts: FastMap<(u32, u32), u64>,
     /// Samples in no (selected) module, by image (`u32::MAX`: of no known process).
-    pub outside: HashMap<u32, u64>,
+    pub outside: FastMap<u32, u64>,
     /// Every sample of the source.
     pub samples: u64,
     /// Records the kernel reported lost.
