@@ -95,6 +95,10 @@ pub struct RunInfo {
     /// unwound with the modules' CFI); `None` without call stacks.
     #[serde(default)]
     pub call_graph: Option<String>,
+    /// CPU time ntprof itself used to record (start, sampling, reading, following the tree), before the report
+    /// was built, in milliseconds; 0 when absent.
+    #[serde(default)]
+    pub recorder_cpu_ms: f64,
     /// Remarks the reader needs to read the numbers right (what the profiles cannot see, how modules loaded at
     /// startup were caught), one sentence each.
     #[serde(default)]

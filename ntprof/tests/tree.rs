@@ -28,6 +28,7 @@ fn dir() -> &'static Path {
         let gcc = |args: &[&str]| common::gcc(args, &dir);
         gcc(&["-O2", "-g", "-o", "workers", &s("tree/workers.c")]);
         gcc(&["-O2", "-g", "-o", "second", &s("tree/second.c")]);
+        gcc(&["-O2", "-g", "-o", "syscalls", &s("c/syscalls.c")]);
         gcc(&[
             "-O2",
             "-g",
@@ -339,6 +340,10 @@ fn an_empty_profile_says_the_command_slept() {
     let out = ntprof(&["record", "-i", "2000000", "--", "true"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("less than one sampling interval"), "{text}");
+    // Most of its time in system calls, at a long interval: few samples, and the report says where the time was.
+    let out = ntprof(&["record", "-i", "100000", "--", &path("syscalls"), "0.5"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("was in the kernel"), "{text}");
 }
 
 #[test]

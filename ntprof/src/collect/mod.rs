@@ -162,6 +162,7 @@ pub fn run_info(mode: &str, command: Vec<String>, pid: Option<u32>, started_at: 
         follow_children: true,
         symbolize_ms: 0.0,
         call_graph: None,
+        recorder_cpu_ms: 0.0,
         notes: Vec::new(),
         expected: Vec::new(),
         explanations: Vec::new(),

@@ -115,6 +115,7 @@ pub fn report() -> Report {
             follow_children: true,
             symbolize_ms: 1.5,
             call_graph: None,
+            recorder_cpu_ms: 12.5,
             notes: vec!["every mapping was reported by the kernel as it was made".into()],
             expected: vec![],
             explanations: vec![],

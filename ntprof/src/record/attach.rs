@@ -75,6 +75,7 @@ pub fn attach(args: &AttachArgs) -> Result<Outcome, Failure> {
     let duration = t0.elapsed();
     session.finish()?;
     progress.finish();
+    let recorder_cpu_s = launch::own_cpu();
     let cpu = cpu_used(&pids, &cpu_before);
     let mut run = collect::run_info("attach", procs::cmdline(pids[0]), Some(pids[0]), started_at);
     if run.command.is_empty() {
@@ -87,6 +88,7 @@ pub fn attach(args: &AttachArgs) -> Result<Outcome, Failure> {
             .unwrap_or_default();
     }
     run.duration_s = duration.as_secs_f64();
+    run.recorder_cpu_ms = recorder_cpu_s * 1e3;
     run.ended_by = ended_by.into();
     run.executable = session
         .tracker

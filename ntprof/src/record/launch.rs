@@ -142,6 +142,16 @@ pub fn children_cpu() -> Option<(f64, f64)> {
     Some((s(u.user_time()), s(u.system_time())))
 }
 
+/// User and system CPU seconds ntprof has used so far (every thread of it).
+pub fn own_cpu() -> f64 {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let Ok(u) = getrusage(UsageWho::RUSAGE_SELF) else {
+        return 0.0;
+    };
+    let s = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 * 1e-6;
+    s(u.user_time()) + s(u.system_time())
+}
+
 /// User and system CPU seconds of a running process (`/proc/PID/stat`, in the kernel's 100 Hz user ticks).
 pub fn process_cpu(pid: u32) -> Option<(f64, f64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

@@ -254,11 +254,13 @@ pub fn record(args: &RecordArgs) -> Result<Outcome, Failure> {
     let duration = t0.elapsed();
     session.finish()?;
     progress.finish();
+    let recorder_cpu_s = launch::own_cpu();
     let cpu = launch::children_cpu();
 
     let exit = launch::exit_code(status);
     let mut run = collect::run_info("record", args.command.clone(), Some(pid_u), started_at);
     run.duration_s = duration.as_secs_f64();
+    run.recorder_cpu_ms = recorder_cpu_s * 1e3;
     run.exit_status = exit;
     run.ended_by = "exited".into();
     run.executable = executable;

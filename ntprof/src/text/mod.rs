@@ -118,11 +118,15 @@ fn header(out: &mut String, report: &Report) {
         (_, true) => "children followed",
         (_, false) => "children not followed (--no-inherit)",
     };
-    let _ = writeln!(
+    let _ = write!(
         out,
         "  {addresses}; processors {cpus}; {tree}; symbolized in {:.1} ms",
         run.symbolize_ms
     );
+    if run.recorder_cpu_ms > 0.0 {
+        let _ = write!(out, "; recording used {:.1} ms of CPU", run.recorder_cpu_ms);
+    }
+    out.push('\n');
     for s in &report.sources {
         let st = &s.stats;
         let jitter = if s.jitter_percent > 0 {
@@ -178,6 +182,7 @@ mod tests {
                 explanations: vec!["a reason".into()],
                 symbolize_ms: 1.5,
                 call_graph: None,
+                recorder_cpu_ms: 12.5,
                 notes: vec!["a note".into()],
                 expected: vec![Expectation {
                     function: "hot".into(),
@@ -273,7 +278,7 @@ mod tests {
             "killed by signal 11 (status 139)",
             "samples 2003 = counted 1900 + outside 100 + lost 3",
             "interval 10000 x 100 ns (1000 us), 1000 samples/s",
-            "symbolized in 1.5 ms",
+            "symbolized in 1.5 ms; recording used 12.5 ms of CPU",
             "note: a note",
             "why: a reason",
             "1 process (Timer samples):",

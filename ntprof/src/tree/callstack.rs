@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 
+use super::hash::FastMap;
 use super::space::{Module, ModuleKind};
 use super::{Loc, Tracker};
 use crate::args::CallGraph;
@@ -35,7 +36,7 @@ pub struct Stacks {
     /// Whether each stack's walk was cut short.
     truncated: Vec<bool>,
     frames: Vec<Loc>,
-    ids: HashMap<Box<[Loc]>, u32>,
+    ids: FastMap<Box<[Loc]>, u32>,
 }
 
 impl Stacks {

@@ -6,12 +6,15 @@
 //! first and, with call stacks (`-g`, `--call-graph`), its callers after it ([`callstack`]).
 
 pub mod callstack;
+pub mod hash;
 pub mod jit;
 pub mod order;
 pub mod procs;
 pub mod space;
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
+
+use hash::FastMap;
 
 use order::{Event, name_of};
 use procs::Processes;
@@ -33,9 +36,9 @@ pub use callstack::Stacks;
 #[derive(Default)]
 pub struct SourceCounts {
     /// Samples by (image, stack).
-    pub counts: HashMap<(u32, u32), u64>,
+    pub counts: FastMap<(u32, u32), u64>,
     /// Samples in no (selected) module, by image (`u32::MAX`: of no known process).
-    pub outside: HashMap<u32, u64>,
+    pub outside: FastMap<u32, u64>,
     /// Every sample of the source.
     pub samples: u64,
     /// Records the kernel reported lost.

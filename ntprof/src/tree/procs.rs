@@ -5,8 +5,7 @@
 //! inherited at fork, then each program it exec'd (`sh` → `gzip`). Samples are attributed to an image, so that
 //! the report can merge them by command as `perf report --sort comm` does.
 
-use std::collections::HashMap;
-
+use super::hash::FastMap;
 use super::space::Space;
 
 /// One process of the run.
@@ -46,7 +45,7 @@ pub struct Processes {
     pub list: Vec<Process>,
     /// Every image, by index.
     pub images: Vec<Image>,
-    by_pid: HashMap<u32, u32>,
+    by_pid: FastMap<u32, u32>,
     /// Processes created that were not followed (`--no-inherit`): their pids.
     pub not_followed: Vec<u32>,
 }
