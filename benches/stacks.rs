@@ -1,5 +1,6 @@
 //! Call stacks and symbolization, ntprof side by side with perf in one run, written into BENCHMARKS.md between
-//! `<!-- recorder:begin -->` and `<!-- recorder:end -->`:
+//! `<!-- stacks:begin -->` and `<!-- stacks:end -->` (next to the recorder's section, which `benches/recorder`
+//! writes):
 //!
 //! - the designed call tree (`ntprof/tests/stacks/calltree.c`, a fixed amount of work) unprofiled, under
 //!   `ntprof record -g` and `perf record -g` (frame pointers, the program built with them), and under
@@ -329,7 +330,7 @@ fn main() {
 
     let path = root.join("BENCHMARKS.md");
     let text = std::fs::read_to_string(&path).unwrap_or_default();
-    let (begin, end) = ("<!-- recorder:begin -->", "<!-- recorder:end -->");
+    let (begin, end) = ("<!-- stacks:begin -->", "<!-- stacks:end -->");
     let section = format!("{begin}\n{out}{end}");
     let new = match (text.find(begin), text.find(end)) {
         (Some(a), Some(b)) if a < b => format!("{}{section}{}", &text[..a], &text[b + end.len()..]),
