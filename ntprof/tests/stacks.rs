@@ -628,3 +628,39 @@ fn threads_signal_handlers_and_stripped_programs_unwind() {
         r.folded
     );
 }
+
+#[test]
+fn kernel_stacks_with_kernel_and_g() {
+    common::gcc(
+        &[
+            "-O2",
+            "-o",
+            "syscalls",
+            &Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/c/syscalls.c")
+                .to_string_lossy(),
+        ],
+        dir(),
+    );
+    let r = record(
+        "kernel",
+        &["--kernel", "-g"],
+        &dir().join("syscalls"),
+        &["1"],
+    );
+    let total: u64 = r
+        .folded
+        .lines()
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<u64>().ok())
+        .sum();
+    let entered = samples_with(
+        &r.folded,
+        &["entry_SYSCALL_64_after_hwframe", "do_syscall_64"],
+    );
+    let truncated = samples_with(&r.folded, &["[truncated]"]);
+    println!(
+        "kernel: {total} samples, {entered} under entry_SYSCALL_64 > do_syscall_64, {truncated} truncated"
+    );
+    assert!(entered > 50, "{}", r.folded);
+    assert!(truncated * 10 < total, "{}", r.folded);
+}

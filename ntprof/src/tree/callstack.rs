@@ -127,6 +127,12 @@ fn add(
     u.add_mapping(files, start, end, pgoff, path);
 }
 
+/// True when the frames before a user address were kernel frames (the user address is where the kernel was
+/// entered).
+fn previous_kernel_done(before: &[u64]) -> bool {
+    before.last().is_some_and(|&a| is_kernel_address(a))
+}
+
 /// A kernel address (the upper half of the x86-64 address space).
 fn is_kernel_address(addr: u64) -> bool {
     addr >> 63 == 1
@@ -177,6 +183,9 @@ impl Tracker {
             };
             match self.locate_in(p, at, in_kernel, true) {
                 Some(loc) => locs.push(loc),
+                // A kernel stack is complete at the system call or interrupt entry; the user space it came from
+                // is not profiled (a --kernel run knows no process's mappings).
+                None if kernel && !in_kernel && previous_kernel_done(&addrs[..i]) => break,
                 None => {
                     truncated = true;
                     break;
