@@ -102,9 +102,9 @@ pub struct ProfileArgs {
     /// --call-graph fp. With --kernel: kernel stacks.
     #[arg(short = 'g')]
     pub call_stacks: bool,
-    /// Record call stacks: 'fp' (frame pointers, walked by the kernel) or 'dwarf[,SIZE]' (perf's spelling: copy
-    /// SIZE bytes of the user stack at each sample, default 8192, at most 65528, and unwind them with the
-    /// modules' .eh_frame/.debug_frame, so code built without frame pointers, libc included, is walked).
+    /// Record call stacks: 'fp' (frame pointers, walked by the kernel) or 'dwarf' / 'dwarf,SIZE' (perf's
+    /// spelling: copy SIZE bytes of the user stack at each sample, default 8192, at most 65528, and unwind them
+    /// with the modules' .eh_frame/.debug_frame, so code built without frame pointers, libc included, is walked).
     #[arg(long = "call-graph", value_name = "fp|dwarf[,SIZE]", value_parser = parse_call_graph)]
     pub call_graph: Option<CallGraph>,
 }
