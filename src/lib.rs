@@ -45,7 +45,12 @@
 //! only kernel-facing code, which knows no NT type and returns the kernel's errno; `status`, `buckets` and
 //! `error`, pure; `source`, `affinity`, `target`; the `engine` (streams, the consumer and jitter threads,
 //! errno → NTSTATUS at its boundary); `profile`, the object both APIs share; `handles`, the C handle table;
-//! `fork`, which knows the engine and the handles; `api` and `ffi` on top.
+//! `fork`, which knows the engine and the handles; `api`, `sampler` and `ffi` on top.
+//!
+//! The sampler extension ([`Sampler`], module [`sampler`]) hands the caller every decoded perf record of whole
+//! process trees (or of everything): samples with optional call chains and user-stack copies, and the kernel's
+//! side-band records of mappings, exec, fork and exit. It is what a profiler that follows children and keeps
+//! stacks needs; the NT calls keep their meaning (a profile on a process counts that process only).
 #![deny(unsafe_code)]
 // Every unsafe block says why it is sound, one unsafe operation per block; the files that need `unsafe` allow
 // it themselves, under their `# Safety` note.

@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 /// (and the Rust error type over `status`) are pure; `source`, `affinity`, `target` (and `modules`, the
 /// module listing of a process) describe what is sampled; the engine runs streams and the consumer; `profile`
 /// is the object both APIs share; `handles` is the C API's handle table; `fork` knows the engine and the
-/// handles; `api` and `ffi` are the two APIs on top.
+/// handles; `api` and `ffi` are the two APIs on top, with `sampler` (the sampler extension, which takes an
+/// `api::Process` and is exported by `ffi`; the handle table holds its C object type-erased).
 const LAYERS: &[&[&str]] = &[
     &["perf"],
     &["status", "status_message", "buckets", "error"],

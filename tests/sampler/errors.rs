@@ -335,3 +335,37 @@ fn helper_process() {
     child.wait().unwrap();
     report("own_child_samples", n.to_string());
 }
+
+/// With the privilege (root here): a global sampler sees a process it was never told about, with its Comm and
+/// Exit records; its targets never "exit".
+#[test]
+fn a_global_sampler_sees_every_process() {
+    let _serial = common::serial();
+    if !nix::unistd::geteuid().is_root() {
+        println!("skipped: needs the system-profile privilege");
+        return;
+    }
+    let programs = Programs::new("global");
+    let chain = programs.build("chain", &[]);
+    let mut sampler = Sampler::builder().global().build().expect("global sampler");
+    let mut program = Waiting::spawn(&chain, &["200"]);
+    let pid = program.pid();
+    sampler.enable().expect("enable");
+    program.go();
+    program.finish();
+    let mut recs = Vec::new();
+    sampler.read(|r| recs.push(Rec::of(r))).expect("read");
+    note("global", &recs, sampler.stats());
+    assert!(
+        recs.iter()
+            .any(|r| matches!(r, Rec::Exit { pid: p, tid, .. } if *p == pid && *tid == pid)),
+        "no Exit record of {pid}"
+    );
+    let per = samples_per_pid(&recs);
+    let n = per.get(&pid).copied().unwrap_or(0);
+    assert!(
+        n >= 100,
+        "{n} samples of the unnamed process {pid}: {per:?}"
+    );
+    assert!(!sampler.targets_exited());
+}

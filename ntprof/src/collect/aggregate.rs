@@ -58,46 +58,39 @@ struct FnAcc {
     samples: u64,
 }
 
-/// Build the tables of one source.
-pub fn tables(input: &Inputs<'_>, counts: &SourceCounts) -> Tables {
-    let t = input.tracker;
-    let outside: u64 = counts.outside.values().sum();
-    let counted = counts.samples - outside;
-    let total = counts.samples;
-    let stats = Stats {
-        counted,
-        outside,
-        lost: counts.lost,
-        throttled: counts.throttled,
-    };
-    let mut per_process = vec![(0u64, 0u64); t.processes.list.len()];
-    let mut commands: HashMap<&str, (u64, HashSet<u32>)> = HashMap::new();
-    for (&image, &n) in &counts.outside {
-        if let Some(img) = t.processes.images.get(image as usize) {
-            per_process[img.process as usize].1 += n;
-            let c = commands.entry(img.comm.as_str()).or_default();
-            c.0 += n;
-            c.1.insert(img.process);
-        }
-    }
-    let mut modules: HashMap<u32, u64> = HashMap::new();
-    let mut functions: HashMap<(&str, &str, &str), FnAcc> = HashMap::new();
-    let mut lines: HashMap<(&str, &str, &str, u32), (&str, u64)> = HashMap::new();
-    let mut buckets = Vec::new();
-    for (&(image, stack), &n) in &counts.counts {
-        let img = &t.processes.images[image as usize];
-        let process = &t.processes.list[img.process as usize];
-        per_process[img.process as usize].0 += n;
-        let c = commands.entry(img.comm.as_str()).or_default();
+/// The sums one source's counts are gathered into, before they become rows.
+#[derive(Default)]
+struct Sums<'a> {
+    /// (counted, outside) per process.
+    per_process: Vec<(u64, u64)>,
+    commands: HashMap<&'a str, (u64, HashSet<u32>)>,
+    modules: HashMap<u32, u64>,
+    functions: HashMap<(&'a str, &'a str, &'a str), FnAcc>,
+    lines: HashMap<(&'a str, &'a str, &'a str, u32), (&'a str, u64)>,
+    buckets: Vec<BucketReport>,
+}
+
+impl<'a> Sums<'a> {
+    fn command(&mut self, comm: &'a str, process: u32, n: u64) {
+        let c = self.commands.entry(comm).or_default();
         c.0 += n;
-        c.1.insert(img.process);
+        c.1.insert(process);
+    }
+
+    /// `n` samples of image `image` at stack `stack`.
+    fn add(&mut self, input: &'a Inputs<'a>, image: u32, stack: u32, n: u64) {
+        let t = input.tracker;
+        let img = &t.processes.images[image as usize];
+        self.per_process[img.process as usize].0 += n;
+        self.command(img.comm.as_str(), img.process, n);
         let loc = t.stacks.locs[stack as usize];
-        *modules.entry(loc.module).or_insert(0) += n;
+        *self.modules.entry(loc.module).or_insert(0) += n;
         let Some(located) = &input.located[stack as usize] else {
-            continue;
+            return;
         };
         let module = input.symbols.placed[loc.module as usize].name.as_str();
-        let acc = functions
+        let acc = self
+            .functions
             .entry((img.comm.as_str(), module, located.function.as_str()))
             .or_insert_with(|| FnAcc {
                 address: located.function_address,
@@ -110,14 +103,14 @@ pub fn tables(input: &Inputs<'_>, counts: &SourceCounts) -> Tables {
         if let Some(inner) = located.frames.first()
             && let (Some(file), Some(line)) = (&inner.file, inner.line)
         {
-            lines
+            self.lines
                 .entry((img.comm.as_str(), module, file.as_str(), line))
                 .or_insert((inner.function.as_str(), 0))
                 .1 += n;
         }
-        buckets.push(BucketReport {
+        self.buckets.push(BucketReport {
             process: img.process,
-            pid: process.pid,
+            pid: t.processes.list[img.process as usize].pid,
             command: img.comm.clone(),
             module: module.to_string(),
             address: located.address,
@@ -127,15 +120,43 @@ pub fn tables(input: &Inputs<'_>, counts: &SourceCounts) -> Tables {
             frames: located.frames.clone(),
         });
     }
+}
+
+/// Build the tables of one source.
+pub fn tables<'a>(input: &'a Inputs<'a>, counts: &SourceCounts) -> Tables {
+    let t = input.tracker;
+    let outside: u64 = counts.outside.values().sum();
+    let total = counts.samples;
+    let stats = Stats {
+        counted: counts.samples - outside,
+        outside,
+        lost: counts.lost,
+        throttled: counts.throttled,
+    };
+    let mut sums = Sums {
+        per_process: vec![(0, 0); t.processes.list.len()],
+        ..Sums::default()
+    };
+    for (&image, &n) in &counts.outside {
+        if let Some(img) = t.processes.images.get(image as usize) {
+            sums.per_process[img.process as usize].1 += n;
+            sums.command(img.comm.as_str(), img.process, n);
+        }
+    }
+    for (&(image, stack), &n) in &counts.counts {
+        sums.add(input, image, stack, n);
+    }
+    let mut buckets = sums.buckets;
     buckets.sort_by(|a, b| {
         (a.process, &a.command, &a.module, a.address)
             .cmp(&(b.process, &b.command, &b.module, b.address))
     });
     Tables {
         stats,
-        modules: module_rows(input, &modules, total),
-        commands: command_rows(commands, total),
-        processes: per_process
+        modules: module_rows(input, &sums.modules, total),
+        commands: command_rows(sums.commands, total),
+        processes: sums
+            .per_process
             .iter()
             .enumerate()
             .map(|(i, &(c, o))| ProcessSamples {
@@ -146,8 +167,8 @@ pub fn tables(input: &Inputs<'_>, counts: &SourceCounts) -> Tables {
                 share: share(c + o, total),
             })
             .collect(),
-        functions: function_rows(functions, total),
-        lines: line_rows(lines, total),
+        functions: function_rows(sums.functions, total),
+        lines: line_rows(sums.lines, total),
         buckets,
     }
 }

@@ -16,8 +16,12 @@ use crate::tree::{procs, space};
 pub fn attach(args: &AttachArgs) -> Result<Outcome, Failure> {
     let (_set, sigfd) = launch::block_signals()?;
     let started_at = collect::now_rfc3339();
-    let mut pids = args.pid.clone();
-    pids.dedup();
+    let mut pids: Vec<u32> = Vec::new();
+    for &p in &args.pid {
+        if !pids.contains(&p) {
+            pids.push(p);
+        }
+    }
     let processes: Vec<Process> = pids
         .iter()
         .map(|&p| Process::open(p).map_err(|e| explain("opening the process", &e, Some(p))))
@@ -27,20 +31,10 @@ pub fn attach(args: &AttachArgs) -> Result<Outcome, Failure> {
     let mut session = Session::open(Targets::Pids(&pids), &args.profile, false, true)?;
     let start_ns = sampler_clock_ns();
     session.enable()?;
-    for &pid in &pids {
-        // Mapped before the attach: what /proc lists now (later mappings come as the kernel's records).
-        let maps = space::read_executable_maps(pid).map_err(|e| {
-            Failure::new(
-                EXIT_FAILURE,
-                format!("cannot read /proc/{pid}/maps: {e} (has the process exited?)"),
-            )
-        })?;
-        let comm = procs::comm(pid).unwrap_or_else(|| format!("pid {pid}"));
-        let ppid = parent_pid(pid).unwrap_or(0);
-        session
-            .tracker
-            .add_process(pid, ppid, &comm, &maps, start_ns);
-    }
+    let executable = std::fs::read_link(format!("/proc/{}/exe", pids[0]))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned());
+    add_attached(&mut session, &pids, start_ns)?;
     session.tracker.run_start_ns = start_ns;
     session.round(Duration::ZERO)?;
     if let Some(w) = super::unmatched_warning(&session) {
@@ -51,27 +45,14 @@ pub fn attach(args: &AttachArgs) -> Result<Outcome, Failure> {
     }
     let t0 = Instant::now();
     let progress = Progress::new(&format!("attach: pid {}", join(&pids)), args.output.quiet);
-    let deadline = args.duration.map(|d| t0 + Duration::from_secs_f64(d));
-    let mut last_progress = Instant::now();
-    let ended_by = loop {
-        let left = deadline.map_or(ROUND, |d| {
-            d.saturating_duration_since(Instant::now()).min(ROUND)
-        });
-        session.round(left)?;
-        if launch::pending_signal(&sigfd).is_some() {
-            break "interrupted";
-        }
-        if processes.iter().all(Process::has_exited) {
-            break "process-exited";
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            break "duration";
-        }
-        if last_progress.elapsed() >= PROGRESS_EVERY {
-            progress.update(t0.elapsed(), &session.progress());
-            last_progress = Instant::now();
-        }
-    };
+    let ended_by = wait_attached(
+        &mut session,
+        &processes,
+        &sigfd,
+        args.duration,
+        &progress,
+        t0,
+    )?;
     let duration = t0.elapsed();
     session.finish()?;
     progress.finish();
@@ -90,12 +71,7 @@ pub fn attach(args: &AttachArgs) -> Result<Outcome, Failure> {
     run.duration_s = duration.as_secs_f64();
     run.recorder_cpu_ms = recorder_cpu_s * 1e3;
     run.ended_by = ended_by.into();
-    run.executable = session
-        .tracker
-        .processes
-        .list
-        .first()
-        .and_then(|p| p.cmdline.as_ref()?.first().cloned());
+    run.executable = executable;
     run.cpus = args.profile.cpus.as_ref().map(|c| c.0.clone());
     run.bucket_log2 = args.profile.bucket.unwrap_or(0);
     run.follow_children = !args.profile.no_inherit;
@@ -114,6 +90,58 @@ pub fn attach(args: &AttachArgs) -> Result<Outcome, Failure> {
         exit: 0,
         warning: None,
     })
+}
+
+/// The attached processes as they are now: their mappings (later ones come as the kernel's records), command
+/// and parent.
+fn add_attached(session: &mut Session, pids: &[u32], start_ns: u64) -> Result<(), Failure> {
+    for &pid in pids {
+        // Mapped before the attach: what /proc lists now (later mappings come as the kernel's records).
+        let maps = space::read_executable_maps(pid).map_err(|e| {
+            Failure::new(
+                EXIT_FAILURE,
+                format!("cannot read /proc/{pid}/maps: {e} (has the process exited?)"),
+            )
+        })?;
+        let comm = procs::comm(pid).unwrap_or_else(|| format!("pid {pid}"));
+        let ppid = parent_pid(pid).unwrap_or(0);
+        session
+            .tracker
+            .add_process(pid, ppid, &comm, &maps, start_ns);
+    }
+    Ok(())
+}
+
+/// Read rounds until `--duration`, Ctrl-C, or the attached processes' exit; returns why the run ended.
+fn wait_attached(
+    session: &mut Session,
+    processes: &[Process],
+    sigfd: &nix::sys::signalfd::SignalFd,
+    duration: Option<f64>,
+    progress: &Progress,
+    t0: Instant,
+) -> Result<&'static str, Failure> {
+    let deadline = duration.map(|d| t0 + Duration::from_secs_f64(d));
+    let mut last_progress = Instant::now();
+    loop {
+        let left = deadline.map_or(ROUND, |d| {
+            d.saturating_duration_since(Instant::now()).min(ROUND)
+        });
+        session.round(left)?;
+        if launch::pending_signal(sigfd).is_some() {
+            return Ok("interrupted");
+        }
+        if processes.iter().all(Process::has_exited) {
+            return Ok("process-exited");
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok("duration");
+        }
+        if last_progress.elapsed() >= PROGRESS_EVERY {
+            progress.update(t0.elapsed(), &session.progress());
+            last_progress = Instant::now();
+        }
+    }
 }
 
 fn join(pids: &[u32]) -> String {

@@ -39,22 +39,7 @@ pub fn record_kernel(args: &RecordArgs) -> Result<Outcome, Failure> {
             ),
         ));
     };
-    let mut kernel_modules = vec![(KERNEL_MODULE.to_string(), stext, etext - stext)];
-    kernel_modules.extend(kallsyms.loaded.iter().cloned());
-    for (name, start, size) in kernel_modules {
-        let path = if name == KERNEL_MODULE {
-            "[kernel.kallsyms]".to_string()
-        } else {
-            format!("[module {name}]")
-        };
-        session.tracker.add_fixed(
-            &name,
-            &path,
-            ModuleKind::Kernel(name.clone()),
-            start,
-            start + size,
-        );
-    }
+    add_kernel_modules(&mut session, &kallsyms, stext, etext);
     if let Some(w) = super::unmatched_warning(&session) {
         return Err(Failure::new(
             EXIT_USAGE,
@@ -74,37 +59,14 @@ pub fn record_kernel(args: &RecordArgs) -> Result<Outcome, Failure> {
         Some(_) => Some(launch::start(&args.command, false)?),
         None => None,
     };
-    let deadline = args.duration.map(|d| t0 + Duration::from_secs_f64(d));
-    let mut last_progress = Instant::now();
-    let (ended_by, exit) = loop {
-        let left = deadline.map_or(ROUND, |d| {
-            d.saturating_duration_since(Instant::now()).min(ROUND)
-        });
-        session.round(left)?;
-        if let Some(c) = &child {
-            match waitpid(c.pid, Some(WaitPidFlag::WNOHANG)) {
-                Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => {
-                    break ("exited", launch::exit_code(st));
-                }
-                Ok(_) => {}
-                Err(e) => return Err(Failure::new(EXIT_FAILURE, format!("waitpid: {e}"))),
-            }
-            while let Some((sig, from_process)) = launch::pending_signal(&sigfd) {
-                if from_process {
-                    let _ = kill(c.pid, sig);
-                }
-            }
-        } else if launch::pending_signal(&sigfd).is_some() {
-            break ("interrupted", None);
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            break ("duration", None);
-        }
-        if last_progress.elapsed() >= PROGRESS_EVERY {
-            progress.update(t0.elapsed(), &session.progress());
-            last_progress = Instant::now();
-        }
-    };
+    let (ended_by, exit) = wait_kernel(
+        &mut session,
+        child.as_ref(),
+        &sigfd,
+        args.duration,
+        &progress,
+        t0,
+    )?;
     let duration = t0.elapsed();
     session.finish()?;
     progress.finish();
@@ -129,4 +91,67 @@ pub fn record_kernel(args: &RecordArgs) -> Result<Outcome, Failure> {
         exit: exit.map_or(0, |c| c.clamp(0, 255) as u8),
         warning: None,
     })
+}
+
+/// The kernel's text and its loaded modules, as ranges valid in every process.
+fn add_kernel_modules(session: &mut Session, kallsyms: &Kallsyms, stext: u64, etext: u64) {
+    let mut kernel_modules = vec![(KERNEL_MODULE.to_string(), stext, etext - stext)];
+    kernel_modules.extend(kallsyms.loaded.iter().cloned());
+    for (name, start, size) in kernel_modules {
+        let path = if name == KERNEL_MODULE {
+            "[kernel.kallsyms]".to_string()
+        } else {
+            format!("[module {name}]")
+        };
+        session.tracker.add_fixed(
+            &name,
+            &path,
+            ModuleKind::Kernel(name.clone()),
+            start,
+            start + size,
+        );
+    }
+}
+
+/// Read rounds until the command exits (forwarding signals), Ctrl-C, or `--duration`; returns why the run ended
+/// and the command's exit status.
+fn wait_kernel(
+    session: &mut Session,
+    child: Option<&launch::Stopped>,
+    sigfd: &nix::sys::signalfd::SignalFd,
+    duration: Option<f64>,
+    progress: &Progress,
+    t0: Instant,
+) -> Result<(&'static str, Option<i32>), Failure> {
+    let deadline = duration.map(|d| t0 + Duration::from_secs_f64(d));
+    let mut last_progress = Instant::now();
+    loop {
+        let left = deadline.map_or(ROUND, |d| {
+            d.saturating_duration_since(Instant::now()).min(ROUND)
+        });
+        session.round(left)?;
+        if let Some(c) = child {
+            match waitpid(c.pid, Some(WaitPidFlag::WNOHANG)) {
+                Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => {
+                    return Ok(("exited", launch::exit_code(st)));
+                }
+                Ok(_) => {}
+                Err(e) => return Err(Failure::new(EXIT_FAILURE, format!("waitpid: {e}"))),
+            }
+            while let Some((sig, from_process)) = launch::pending_signal(sigfd) {
+                if from_process {
+                    let _ = kill(c.pid, sig);
+                }
+            }
+        } else if launch::pending_signal(sigfd).is_some() {
+            return Ok(("interrupted", None));
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(("duration", None));
+        }
+        if last_progress.elapsed() >= PROGRESS_EVERY {
+            progress.update(t0.elapsed(), &session.progress());
+            last_progress = Instant::now();
+        }
+    }
 }

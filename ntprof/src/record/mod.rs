@@ -232,25 +232,7 @@ pub fn record(args: &RecordArgs) -> Result<Outcome, Failure> {
         &format!("record: {}", args.command.join(" ")),
         args.output.quiet,
     );
-    let mut last_progress = Instant::now();
-    let status = loop {
-        session.round(ROUND)?;
-        match waitpid(cmd.pid, Some(WaitPidFlag::WNOHANG)) {
-            Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => break st,
-            Ok(_) => {}
-            Err(e) => return Err(Failure::new(EXIT_FAILURE, format!("waitpid: {e}"))),
-        }
-        while let Some((sig, from_process)) = launch::pending_signal(&sigfd) {
-            // The terminal's Ctrl-C reached CMD already (same process group); forward what was sent to us.
-            if from_process {
-                let _ = kill(cmd.pid, sig);
-            }
-        }
-        if last_progress.elapsed() >= PROGRESS_EVERY {
-            progress.update(t0.elapsed(), &session.progress());
-            last_progress = Instant::now();
-        }
-    };
+    let status = run_until_exit(&mut session, &cmd, &sigfd, &progress, t0)?;
     let duration = t0.elapsed();
     session.finish()?;
     progress.finish();
@@ -277,6 +259,35 @@ pub fn record(args: &RecordArgs) -> Result<Outcome, Failure> {
         exit: exit.map_or(EXIT_FAILURE, |c| c.clamp(0, 255) as u8),
         warning,
     })
+}
+
+/// Read rounds until the command exits; forward the signals sent to ntprof; show progress.
+fn run_until_exit(
+    session: &mut Session,
+    cmd: &launch::Stopped,
+    sigfd: &nix::sys::signalfd::SignalFd,
+    progress: &Progress,
+    t0: Instant,
+) -> Result<WaitStatus, Failure> {
+    let mut last_progress = Instant::now();
+    loop {
+        session.round(ROUND)?;
+        match waitpid(cmd.pid, Some(WaitPidFlag::WNOHANG)) {
+            Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => return Ok(st),
+            Ok(_) => {}
+            Err(e) => return Err(Failure::new(EXIT_FAILURE, format!("waitpid: {e}"))),
+        }
+        while let Some((sig, from_process)) = launch::pending_signal(sigfd) {
+            // The terminal's Ctrl-C reached CMD already (same process group); forward what was sent to us.
+            if from_process {
+                let _ = kill(cmd.pid, sig);
+            }
+        }
+        if last_progress.elapsed() >= PROGRESS_EVERY {
+            progress.update(t0.elapsed(), &session.progress());
+            last_progress = Instant::now();
+        }
+    }
 }
 
 /// The options every mode records the same way.

@@ -16,42 +16,66 @@ pub fn render(out: &mut String, s: &SourceReport, top: usize) {
     // Several commands: their table, and a command column in the function and line tables.
     let several = s.commands.len() > 1;
     if several {
-        let _ = writeln!(
-            out,
-            "\n  {:<20} {:>9} {:>7} {:>9}",
-            "Command", "Samples", "Share", "Processes"
-        );
-        for c in s.commands.iter().take(top) {
-            let _ = writeln!(
-                out,
-                "  {:<20} {:>9} {:>7} {:>9}  {}",
-                head(&c.command, 20),
-                c.samples,
-                pct(c.share),
-                c.processes,
-                bar(c.share)
-            );
-        }
-        if s.commands.len() > top {
-            let _ = writeln!(
-                out,
-                "  ({} more commands; --top N shows more)",
-                s.commands.len() - top
-            );
+        commands(out, s, top);
+    }
+    modules(out, s, total);
+    let column = Column(several);
+    if !s.functions.is_empty() {
+        functions(out, s, top, total, column);
+    }
+    if !s.lines.is_empty() {
+        lines(out, s, top, column);
+    }
+}
+
+/// The command column of the function and line tables, present when the source has several commands.
+#[derive(Clone, Copy)]
+struct Column(bool);
+
+impl Column {
+    fn title(self) -> String {
+        if self.0 {
+            format!("{:<16} ", "Command")
+        } else {
+            String::new()
         }
     }
-    let command = |c: &str| {
-        if several {
+    fn cell(self, c: &str) -> String {
+        if self.0 {
             format!("{:<16} ", head(c, 16))
         } else {
             String::new()
         }
-    };
-    let command_title = if several {
-        format!("{:<16} ", "Command")
-    } else {
-        String::new()
-    };
+    }
+}
+
+fn commands(out: &mut String, s: &SourceReport, top: usize) {
+    let _ = writeln!(
+        out,
+        "\n  {:<20} {:>9} {:>7} {:>9}",
+        "Command", "Samples", "Share", "Processes"
+    );
+    for c in s.commands.iter().take(top) {
+        let _ = writeln!(
+            out,
+            "  {:<20} {:>9} {:>7} {:>9}  {}",
+            head(&c.command, 20),
+            c.samples,
+            pct(c.share),
+            c.processes,
+            bar(c.share)
+        );
+    }
+    if s.commands.len() > top {
+        let _ = writeln!(
+            out,
+            "  ({} more commands; --top N shows more)",
+            s.commands.len() - top
+        );
+    }
+}
+
+fn modules(out: &mut String, s: &SourceReport, total: u64) {
     let _ = writeln!(
         out,
         "\n  {:<28} {:>9} {:>7}  {:>10}  path",
@@ -83,63 +107,71 @@ pub fn render(out: &mut String, s: &SourceReport, top: usize) {
     if s.stats.lost > 0 {
         let _ = writeln!(out, "  {:<28} {:>9}", "(lost: ring full)", s.stats.lost);
     }
+}
 
-    if !s.functions.is_empty() {
+fn functions(out: &mut String, s: &SourceReport, top: usize, total: u64, column: Column) {
+    let _ = writeln!(
+        out,
+        "\n  {:>9} {:>7}  {}{:<36} Module",
+        "Samples",
+        "Share",
+        column.title(),
+        "Function"
+    );
+    for f in s.functions.iter().take(top) {
         let _ = writeln!(
             out,
-            "\n  {:>9} {:>7}  {command_title}{:<36} Module",
-            "Samples", "Share", "Function"
+            "  {:>9} {:>7}  {}{:<36} {:<26} {}",
+            f.samples,
+            pct(f.share),
+            column.cell(&f.command),
+            head(&f.name, 36),
+            tail(&f.module, 26),
+            bar(f.share)
         );
-        for f in s.functions.iter().take(top) {
-            let _ = writeln!(
-                out,
-                "  {:>9} {:>7}  {}{:<36} {:<26} {}",
-                f.samples,
-                pct(f.share),
-                command(&f.command),
-                head(&f.name, 36),
-                tail(&f.module, 26),
-                bar(f.share)
-            );
-        }
-        if s.functions.len() > top {
-            let rest: u64 = s.functions.iter().skip(top).map(|f| f.samples).sum();
-            let _ = writeln!(
-                out,
-                "  {:>9} {:>7}  ({} more functions; --top N shows more)",
-                rest,
-                pct(if total == 0 {
-                    0.0
-                } else {
-                    rest as f64 / total as f64
-                }),
-                s.functions.len() - top
-            );
-        }
     }
-
-    if !s.lines.is_empty() {
+    if s.functions.len() > top {
+        let rest: u64 = s.functions.iter().skip(top).map(|f| f.samples).sum();
         let _ = writeln!(
             out,
-            "\n  {:>9} {:>7}  {command_title}{:<20} {:<20} {:<26} source",
-            "Samples", "Share", "Line", "Function", "Module"
+            "  {:>9} {:>7}  ({} more functions; --top N shows more)",
+            rest,
+            pct(if total == 0 {
+                0.0
+            } else {
+                rest as f64 / total as f64
+            }),
+            s.functions.len() - top
         );
-        for l in s.lines.iter().take(top) {
-            let file = std::path::Path::new(&l.file)
-                .file_name()
-                .map_or(l.file.clone(), |f| f.to_string_lossy().into_owned());
-            let _ = writeln!(
-                out,
-                "  {:>9} {:>7}  {}{:<20} {:<20} {:<26} {}",
-                l.samples,
-                pct(l.share),
-                command(&l.command),
-                tail(&format!("{file}:{}", l.line), 20),
-                head(&l.function, 20),
-                tail(&l.module, 26),
-                l.text.as_deref().map(str::trim).unwrap_or("")
-            );
-        }
+    }
+}
+
+fn lines(out: &mut String, s: &SourceReport, top: usize, column: Column) {
+    let _ = writeln!(
+        out,
+        "\n  {:>9} {:>7}  {}{:<20} {:<20} {:<26} source",
+        "Samples",
+        "Share",
+        column.title(),
+        "Line",
+        "Function",
+        "Module"
+    );
+    for l in s.lines.iter().take(top) {
+        let file = std::path::Path::new(&l.file)
+            .file_name()
+            .map_or(l.file.clone(), |f| f.to_string_lossy().into_owned());
+        let _ = writeln!(
+            out,
+            "  {:>9} {:>7}  {}{:<20} {:<20} {:<26} {}",
+            l.samples,
+            pct(l.share),
+            column.cell(&l.command),
+            tail(&format!("{file}:{}", l.line), 20),
+            head(&l.function, 20),
+            tail(&l.module, 26),
+            l.text.as_deref().map(str::trim).unwrap_or("")
+        );
     }
 }
 

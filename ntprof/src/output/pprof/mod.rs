@@ -28,7 +28,7 @@ use prost::Message;
 mod proto;
 pub use proto::*;
 
-use crate::report::{Frame, Report, SourceReport};
+use crate::report::{Frame, ModuleReport, Report, SourceReport};
 
 /// The name of the function the outside samples are shown under.
 pub const OUTSIDE: &str = "[outside profiled modules]";
@@ -163,185 +163,24 @@ fn rfc3339_nanos(s: &str) -> Option<i64> {
 /// The pprof `Profile` of a report (not yet encoded).
 pub fn profile(report: &Report) -> Profile {
     let mut b = Builder::new();
-    let several = report.sources.len() > 1;
-
-    // Two sample types per source: samples/count and the source's own unit.
-    let mut sample_type = Vec::new();
-    for source in &report.sources {
-        let count_type = if several {
-            format!("{}-samples", source.name)
-        } else {
-            "samples".to_string()
-        };
-        sample_type.push(ValueType {
-            r#type: b.string(&count_type),
-            unit: b.string("count"),
-        });
-        let value_type = if source.sample_unit == "nanoseconds" {
-            if several {
-                format!("{}-cpu", source.name)
-            } else {
-                "cpu".to_string()
-            }
-        } else {
-            source.name.clone()
-        };
-        sample_type.push(ValueType {
-            r#type: b.string(&value_type),
-            unit: b.string(&source.sample_unit),
-        });
-    }
-
-    // One mapping per module name (modules are the same objects in every source of a run). The profiled
-    // executable first: pprof's views are titled with the first mapping's file.
-    let mut mappings: Vec<Mapping> = Vec::new();
-    let mut mapping_of: HashMap<&str, u64> = HashMap::new();
-    let mut modules: Vec<(&crate::report::SourceReport, &crate::report::ModuleReport)> = report
-        .sources
-        .iter()
-        .flat_map(|s| s.modules.iter().map(move |m| (s, m)))
-        .collect();
-    let executable = report.run.executable.as_deref();
-    modules.sort_by_key(|(_, m)| Some(m.path.as_str()) != executable);
-    {
-        for (source, module) in modules {
-            if mapping_of.contains_key(module.name.as_str()) {
-                continue;
-            }
-            let id = mappings.len() as u64 + 1;
-            let frames: Vec<&Frame> = source
-                .buckets
-                .iter()
-                .filter(|bucket| bucket.module == module.name)
-                .flat_map(|bucket| &bucket.frames)
-                .collect();
-            mappings.push(Mapping {
-                id,
-                memory_start: module.start,
-                memory_limit: module.end,
-                file_offset: module.file_offset,
-                filename: b.string(&module.path),
-                build_id: module.build_id.as_deref().map_or(0, |id| b.string(id)),
-                has_functions: !frames.is_empty(),
-                has_filenames: frames.iter().any(|f| f.file.is_some()),
-                has_line_numbers: frames.iter().any(|f| f.line.is_some()),
-                has_inline_frames: frames.iter().any(|f| f.inlined),
-            });
-            mapping_of.insert(module.name.as_str(), id);
-        }
-    }
-
+    let sample_type = sample_types(&mut b, report);
+    let (mappings, mapping_of) = mappings(&mut b, report);
     let width = sample_type.len();
     let mut samples = Vec::new();
     for (index, source) in report.sources.iter().enumerate() {
-        // The first line of each function, for Function.start_line.
-        let start_lines: HashMap<(&str, &str), u32> = source
-            .functions
-            .iter()
-            .filter_map(|f| Some(((f.module.as_str(), f.name.as_str()), f.line?)))
-            .collect();
-        let values = |samples: u64| {
-            let mut value = vec![0_i64; width];
-            value[2 * index] = int64(samples);
-            value[2 * index + 1] = int64(samples.saturating_mul(source.sample_value));
-            value
+        let columns = Columns {
+            index,
+            width,
+            sample_value: source.sample_value,
         };
-        if !source.stacks.is_empty() {
-            stack_samples(
-                &mut b,
-                source,
-                &mapping_of,
-                &start_lines,
-                &values,
-                &mut samples,
-            );
+        if source.stacks.is_empty() {
+            bucket_samples(&mut b, source, &mapping_of, columns, &mut samples);
+        } else {
+            stack_samples(&mut b, source, &mapping_of, columns, &mut samples);
         }
-        for bucket in source.buckets.iter().filter(|_| source.stacks.is_empty()) {
-            if bucket.samples == 0 {
-                continue;
-            }
-            let mapping_id = mapping_of.get(bucket.module.as_str()).copied().unwrap_or(0);
-            let location = b.location(mapping_id, bucket.address, |b| {
-                let mut lines: Vec<Line> = bucket
-                    .frames
-                    .iter()
-                    .map(|frame| {
-                        let start = start_lines
-                            .get(&(bucket.module.as_str(), frame.function.as_str()))
-                            .copied();
-                        Line {
-                            function_id: b.function(&frame.function, frame.file.as_deref(), start),
-                            line: frame.line.map_or(0, i64::from),
-                        }
-                    })
-                    .collect();
-                if lines.is_empty() {
-                    // Nothing is known of the address: name it module+offset, as the text report does.
-                    let name = format!("{}+{:#x}", bucket.module, bucket.offset);
-                    lines.push(Line {
-                        function_id: b.function(&name, None, None),
-                        line: 0,
-                    });
-                }
-                lines
-            });
-            samples.push(Sample {
-                location_id: vec![location],
-                value: values(bucket.samples),
-                label: labels(&mut b, bucket.pid, &bucket.command),
-            });
-        }
-        if source.stats.outside > 0 {
-            let location = b.location(0, 0, |b| {
-                vec![Line {
-                    function_id: b.function(OUTSIDE, None, None),
-                    line: 0,
-                }]
-            });
-            // One sample per process with outside samples, labelled like the others; the rest unlabelled.
-            let mut left = source.stats.outside;
-            for p in source.processes.iter().filter(|p| p.outside > 0) {
-                let command = report
-                    .processes
-                    .get(p.process as usize)
-                    .map_or("", |r| r.command.as_str());
-                left = left.saturating_sub(p.outside);
-                samples.push(Sample {
-                    location_id: vec![location],
-                    value: values(p.outside),
-                    label: labels(&mut b, p.pid, command),
-                });
-            }
-            if left > 0 {
-                samples.push(Sample {
-                    location_id: vec![location],
-                    value: values(left),
-                    label: Vec::new(),
-                });
-            }
-        }
+        outside_samples(&mut b, report, source, columns, &mut samples);
     }
-
-    let mut comment = Vec::new();
-    let what = if report.run.command.is_empty() {
-        report.run.mode.clone()
-    } else {
-        format!("{}: {}", report.run.mode, report.run.command.join(" "))
-    };
-    comment.push(b.string(&format!("{} {what}", report.tool)));
-    for source in &report.sources {
-        let s = source.stats;
-        comment.push(b.string(&format!(
-            "{}: interval {} {}, counted {}, outside {}, lost {}, throttled {}",
-            source.name,
-            source.interval,
-            source.interval_unit,
-            s.counted,
-            s.outside,
-            s.lost,
-            s.throttled
-        )));
-    }
+    let comment = comments(&mut b, report);
     let (period_type, period) = match report.sources.first() {
         Some(first) => (Some(sample_type[1].clone()), int64(first.sample_value)),
         None => (None, 0),
@@ -365,15 +204,153 @@ pub fn profile(report: &Report) -> Profile {
     }
 }
 
-/// One sample per call stack of `source`, one location per frame.
+/// Two sample types per source: samples/count and the source's own unit.
+fn sample_types(b: &mut Builder, report: &Report) -> Vec<ValueType> {
+    let several = report.sources.len() > 1;
+    let mut sample_type = Vec::new();
+    for source in &report.sources {
+        let count_type = if several {
+            format!("{}-samples", source.name)
+        } else {
+            "samples".to_string()
+        };
+        sample_type.push(ValueType {
+            r#type: b.string(&count_type),
+            unit: b.string("count"),
+        });
+        let value_type = match (source.sample_unit == "nanoseconds", several) {
+            (true, true) => format!("{}-cpu", source.name),
+            (true, false) => "cpu".to_string(),
+            (false, _) => source.name.clone(),
+        };
+        sample_type.push(ValueType {
+            r#type: b.string(&value_type),
+            unit: b.string(&source.sample_unit),
+        });
+    }
+    sample_type
+}
+
+/// One mapping per module name (modules are the same objects in every source of a run), the profiled
+/// executable first: pprof's views are titled with the first mapping's file. Returns them with the id of each
+/// module name.
+fn mappings<'r>(b: &mut Builder, report: &'r Report) -> (Vec<Mapping>, HashMap<&'r str, u64>) {
+    let mut mappings: Vec<Mapping> = Vec::new();
+    let mut mapping_of: HashMap<&str, u64> = HashMap::new();
+    let mut modules: Vec<(&SourceReport, &ModuleReport)> = report
+        .sources
+        .iter()
+        .flat_map(|s| s.modules.iter().map(move |m| (s, m)))
+        .collect();
+    let executable = report.run.executable.as_deref();
+    modules.sort_by_key(|(_, m)| Some(m.path.as_str()) != executable);
+    for (source, module) in modules {
+        if mapping_of.contains_key(module.name.as_str()) {
+            continue;
+        }
+        let id = mappings.len() as u64 + 1;
+        let frames: Vec<&Frame> = source
+            .buckets
+            .iter()
+            .filter(|bucket| bucket.module == module.name)
+            .flat_map(|bucket| &bucket.frames)
+            .collect();
+        mappings.push(Mapping {
+            id,
+            memory_start: module.start,
+            memory_limit: module.end,
+            file_offset: module.file_offset,
+            filename: b.string(&module.path),
+            build_id: module.build_id.as_deref().map_or(0, |id| b.string(id)),
+            has_functions: !frames.is_empty(),
+            has_filenames: frames.iter().any(|f| f.file.is_some()),
+            has_line_numbers: frames.iter().any(|f| f.line.is_some()),
+            has_inline_frames: frames.iter().any(|f| f.inlined),
+        });
+        mapping_of.insert(module.name.as_str(), id);
+    }
+    (mappings, mapping_of)
+}
+
+/// Where a source's values go in a sample's value vector.
+#[derive(Clone, Copy)]
+struct Columns {
+    index: usize,
+    width: usize,
+    sample_value: u64,
+}
+
+impl Columns {
+    fn values(self, samples: u64) -> Vec<i64> {
+        let mut value = vec![0_i64; self.width];
+        value[2 * self.index] = int64(samples);
+        value[2 * self.index + 1] = int64(samples.saturating_mul(self.sample_value));
+        value
+    }
+}
+
+/// One sample per non-zero bucket of `source`, on its location, labelled with its process.
+fn bucket_samples(
+    b: &mut Builder,
+    source: &SourceReport,
+    mapping_of: &HashMap<&str, u64>,
+    columns: Columns,
+    samples: &mut Vec<Sample>,
+) {
+    // The first line of each function, for Function.start_line.
+    let start_lines: HashMap<(&str, &str), u32> = source
+        .functions
+        .iter()
+        .filter_map(|f| Some(((f.module.as_str(), f.name.as_str()), f.line?)))
+        .collect();
+    for bucket in source.buckets.iter().filter(|bucket| bucket.samples > 0) {
+        let mapping_id = mapping_of.get(bucket.module.as_str()).copied().unwrap_or(0);
+        let location = b.location(mapping_id, bucket.address, |b| {
+            let mut lines: Vec<Line> = bucket
+                .frames
+                .iter()
+                .map(|frame| {
+                    let start = start_lines
+                        .get(&(bucket.module.as_str(), frame.function.as_str()))
+                        .copied();
+                    Line {
+                        function_id: b.function(&frame.function, frame.file.as_deref(), start),
+                        line: frame.line.map_or(0, i64::from),
+                    }
+                })
+                .collect();
+            if lines.is_empty() {
+                // Nothing is known of the address: name it module+offset, as the text report does.
+                let name = format!("{}+{:#x}", bucket.module, bucket.offset);
+                lines.push(Line {
+                    function_id: b.function(&name, None, None),
+                    line: 0,
+                });
+            }
+            lines
+        });
+        samples.push(Sample {
+            location_id: vec![location],
+            value: columns.values(bucket.samples),
+            label: labels(b, bucket.pid, &bucket.command),
+        });
+    }
+}
+
+/// With call stacks: one sample per stack of `source`, one location per frame (leaf first), a stack whose walk
+/// was cut short ending in a `[truncated]` location.
 fn stack_samples(
     b: &mut Builder,
     source: &SourceReport,
     mapping_of: &HashMap<&str, u64>,
-    start_lines: &HashMap<(&str, &str), u32>,
-    values: &dyn Fn(u64) -> Vec<i64>,
+    columns: Columns,
     samples: &mut Vec<Sample>,
 ) {
+    let start_lines: HashMap<(&str, &str), u32> = source
+        .functions
+        .iter()
+        .filter_map(|f| Some(((f.module.as_str(), f.name.as_str()), f.line?)))
+        .collect();
     for stack in source.stacks.iter().filter(|s| s.samples > 0) {
         let mut ids = Vec::with_capacity(stack.frames.len() + 1);
         for &l in &stack.frames {
@@ -406,10 +383,74 @@ fn stack_samples(
         }
         samples.push(Sample {
             location_id: ids,
-            value: values(stack.samples),
+            value: columns.values(stack.samples),
             label: labels(b, stack.pid, &stack.command),
         });
     }
+}
+
+/// The samples outside every module: one sample per process with such samples, labelled like the others; any
+/// rest unlabelled.
+fn outside_samples(
+    b: &mut Builder,
+    report: &Report,
+    source: &SourceReport,
+    columns: Columns,
+    samples: &mut Vec<Sample>,
+) {
+    if source.stats.outside == 0 {
+        return;
+    }
+    let location = b.location(0, 0, |b| {
+        vec![Line {
+            function_id: b.function(OUTSIDE, None, None),
+            line: 0,
+        }]
+    });
+    let mut left = source.stats.outside;
+    for p in source.processes.iter().filter(|p| p.outside > 0) {
+        let command = report
+            .processes
+            .get(p.process as usize)
+            .map_or("", |r| r.command.as_str());
+        left = left.saturating_sub(p.outside);
+        samples.push(Sample {
+            location_id: vec![location],
+            value: columns.values(p.outside),
+            label: labels(b, p.pid, command),
+        });
+    }
+    if left > 0 {
+        samples.push(Sample {
+            location_id: vec![location],
+            value: columns.values(left),
+            label: Vec::new(),
+        });
+    }
+}
+
+/// The profile's comments: what ran, and each source's interval and accounting.
+fn comments(b: &mut Builder, report: &Report) -> Vec<i64> {
+    let what = if report.run.command.is_empty() {
+        report.run.mode.clone()
+    } else {
+        format!("{}: {}", report.run.mode, report.run.command.join(" "))
+    };
+    let mut comment = vec![b.string(&format!("{} {what}", report.tool))];
+    for source in &report.sources {
+        let s = source.stats;
+        comment.push(b.string(&format!(
+            "{}: interval {} {}, counted {}, outside {}, lost {}, throttled {}",
+            source.name,
+            source.interval,
+            source.interval_unit,
+            s.counted,
+            s.outside,
+            s.lost,
+            s.throttled
+        )));
+    }
+    comment
 }
 
 /// The gzipped `profile.proto` of a report.
