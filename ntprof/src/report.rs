@@ -85,7 +85,8 @@ pub struct RunInfo {
     /// The profiled executable (the command's, as it was exec'd), when known.
     #[serde(default)]
     pub executable: Option<String>,
-    /// Whether the processes the targets started were profiled too (false with `--no-inherit`).
+    /// Whether the processes the targets started were profiled too (false with `--no-inherit`). A version 1
+    /// document has no such field: its runs followed no child, so it reads as false.
     #[serde(default)]
     pub follow_children: bool,
     /// Milliseconds spent symbolizing the report (symbol tables, DWARF, source lines).

@@ -385,3 +385,47 @@ fn attach_follows_the_processes_started_while_attached() {
     );
     assert_eq!(u(&s["stats"]["outside"]), 0);
 }
+
+#[test]
+fn attach_takes_a_comma_list_of_processes() {
+    let spawn = || {
+        Command::new(path("second"))
+            .arg("0.6")
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let (mut a, mut b) = (spawn(), spawn());
+    std::thread::sleep(Duration::from_millis(100));
+    let pids = format!("{},{}", a.id(), b.id());
+    let out = ntprof(&[
+        "attach",
+        "-q",
+        "--pid",
+        &pids,
+        "--format",
+        "json",
+        "--duration",
+        "20",
+    ]);
+    let _ = (a.wait(), b.wait());
+    let r = json(&out);
+    assert_eq!(r["run"]["ended_by"], "process-exited");
+    let procs = r["processes"].as_array().unwrap();
+    assert_eq!(procs.len(), 2, "{procs:?}");
+    let s = timer(&r);
+    for (p, child) in [(0, &a), (1, &b)] {
+        assert_eq!(u(&procs[p]["pid"]), u64::from(child.id()));
+        let samples = u(&s["processes"][p]["counted"]);
+        assert!(
+            samples > 100,
+            "process {} has {samples} samples",
+            child.id()
+        );
+    }
+    assert!(
+        !r["run"]["notes"].to_string().contains("still running"),
+        "{}",
+        r["run"]["notes"]
+    );
+}

@@ -76,7 +76,7 @@ pub fn attach(args: &AttachArgs) -> Result<Outcome, Failure> {
     run.bucket_log2 = args.profile.bucket.unwrap_or(0);
     run.follow_children = !args.profile.no_inherit;
     run.expected = args.profile.expect.clone();
-    run.notes = notes::user_notes(&session, args.profile.jitter);
+    run.notes = notes::user_notes(&session, args.profile.jitter, pids.len());
     run.explanations = notes::explanations(&session, run.duration_s, cpu, false);
     if ended_by == "process-exited" {
         run.notes.push(format!(

@@ -247,7 +247,7 @@ pub fn record(args: &RecordArgs) -> Result<Outcome, Failure> {
     run.ended_by = "exited".into();
     run.executable = executable;
     fill_common(&mut run, args);
-    run.notes = notes::user_notes(&session, args.profile.jitter);
+    run.notes = notes::user_notes(&session, args.profile.jitter, 1);
     run.explanations = notes::explanations(&session, run.duration_s, cpu, true);
     let endings: Endings = exit
         .map(|c| vec![(0, launch::ending(c))])

@@ -6,8 +6,9 @@ use super::session::Session;
 /// Fewer samples than this and the report explains why.
 const FEW: u64 = 50;
 
-/// The notes of a user-space run (`record`, `attach`).
-pub fn user_notes(session: &Session, jitter: u32) -> Vec<String> {
+/// The notes of a user-space run (`record`, `attach`); `roots`: how many processes the run began with (the
+/// command, or the attached processes).
+pub fn user_notes(session: &Session, jitter: u32, roots: usize) -> Vec<String> {
     let t = &session.tracker;
     let mut notes = vec![
         "user-space profiles: time the program spent in the kernel (system calls, page faults) is not \
@@ -21,12 +22,12 @@ pub fn user_notes(session: &Session, jitter: u32) -> Vec<String> {
         .processes
         .list
         .iter()
-        .skip(1)
+        .skip(roots)
         .filter(|p| p.exit_ns.is_none())
         .count();
     if running > 0 {
         notes.push(format!(
-            "{running} process(es) the command started were still running when the run ended; they were \
+            "{running} process(es) started during the run were still running when it ended; they were \
              profiled until then"
         ));
     }
