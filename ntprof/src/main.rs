@@ -1,7 +1,7 @@
 //! `ntprof`: a kernrate-like command-line profiler built on ntprofile's NT profile API.
 //!
-//! `ntprof record -- CMD` profiles a command from its first instruction to its exit, `ntprof attach --pid PID`
-//! a running process, `ntprof record --kernel` the kernel; `ntprof sources` lists the profile sources and
+//! `ntprof record -- CMD` profiles a command and every process it starts from their first instruction to the
+//! command's exit, `ntprof attach --pid PID` running processes, `ntprof record --kernel` the kernel; `ntprof sources` lists the profile sources and
 //! `ntprof demo` profiles a bundled workload in-process. Usage errors exit with 2, run-time failures with 1,
 //! `record` with the command's own exit status (127 when it cannot be found).
 
@@ -16,6 +16,8 @@ mod report_cmd;
 mod sources;
 mod symbols;
 mod text;
+mod tree;
+mod unwind;
 mod workload;
 
 use std::process::ExitCode;

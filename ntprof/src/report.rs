@@ -13,7 +13,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The version of the JSON schema written by this build.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// One run of `ntprof record`, `ntprof attach` or `ntprof record --kernel`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -24,8 +24,38 @@ pub struct Report {
     pub tool: String,
     /// What was profiled and how.
     pub run: RunInfo,
+    /// Every process the run profiled (the command and, unless `--no-inherit`, every process it started), in
+    /// the order they appeared.
+    #[serde(default)]
+    pub processes: Vec<ProcessReport>,
     /// One entry per profile source of the run, in command-line order; each is reported on its own.
     pub sources: Vec<SourceReport>,
+}
+
+/// One process of the run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProcessReport {
+    /// Its number in this report (`process` in the per-source tables): pids can be reused during a run.
+    pub id: u32,
+    /// Its pid.
+    pub pid: u32,
+    /// Its parent's pid (0 when unknown).
+    pub ppid: u32,
+    /// The `id` of its parent when the parent was profiled too.
+    pub parent: Option<u32>,
+    /// Its command (the kernel's name of the program it ran last).
+    pub command: String,
+    /// Every command it ran, in order (`sh`, `gzip` for a shell that exec'd gzip).
+    pub commands: Vec<String>,
+    /// Its command line, when it could be read; empty otherwise.
+    pub command_line: Vec<String>,
+    /// Milliseconds after the run's start at which it appeared (0 for the processes present at the start).
+    pub started_ms: f64,
+    /// Milliseconds after the run's start at which it exited, `None` when it did not during the run.
+    pub ended_ms: Option<f64>,
+    /// How it ended: `exit status N` or `killed by signal N` (the profiled command), `exited`, or `running`
+    /// (still running when the run ended).
+    pub ended: String,
 }
 
 /// What was profiled.
@@ -47,13 +77,29 @@ pub struct RunInfo {
     pub ended_by: String,
     /// The processors profiled (`--cpus`), `None` for all.
     pub cpus: Option<Vec<usize>>,
-    /// log2 of the bucket size in bytes (`--bucket`).
+    /// log2 of the address granularity in bytes (`--bucket`): 0 when every address is its own bucket.
     pub bucket_log2: u32,
-    /// How long after a module was mapped its profile was started, at most (the poll period), in milliseconds.
+    /// How long after a module was mapped its samples could be counted in it, at most, in milliseconds: 0 (the
+    /// kernel reports every mapping as it is made).
     pub module_poll_ms: f64,
+    /// The profiled executable (the command's, as it was exec'd), when known.
+    #[serde(default)]
+    pub executable: Option<String>,
+    /// Whether the processes the targets started were profiled too (false with `--no-inherit`). A version 1
+    /// document has no such field: its runs followed no child, so it reads as false.
+    #[serde(default)]
+    pub follow_children: bool,
     /// Milliseconds spent symbolizing the report (symbol tables, DWARF, source lines).
     #[serde(default)]
     pub symbolize_ms: f64,
+    /// How call stacks were recorded: `fp` (frame pointers), `dwarf,SIZE` (user stack copies of SIZE bytes,
+    /// unwound with the modules' CFI); `None` without call stacks.
+    #[serde(default)]
+    pub call_graph: Option<String>,
+    /// CPU time ntprof itself used to record (start, sampling, reading, following the tree), before the report
+    /// was built, in milliseconds; 0 when absent.
+    #[serde(default)]
+    pub recorder_cpu_ms: f64,
     /// Remarks the reader needs to read the numbers right (what the profiles cannot see, how modules loaded at
     /// startup were caught), one sentence each.
     #[serde(default)]
@@ -62,6 +108,10 @@ pub struct RunInfo {
     /// report; empty when none was given.
     #[serde(default)]
     pub expected: Vec<Expectation>,
+    /// Why the run has no or few samples (the command slept, ran less than one interval, ran in the kernel,
+    /// its children were left out), one sentence each; empty when the samples are as many as expected.
+    #[serde(default)]
+    pub explanations: Vec<String>,
 }
 
 /// A designed share of the samples (`--expect FUNCTION=PERCENT`).
@@ -95,6 +145,12 @@ pub struct SourceReport {
     pub jitter_percent: u32,
     /// The totals of this source.
     pub stats: Stats,
+    /// Samples by command (all the processes that ran it), hottest first.
+    #[serde(default)]
+    pub commands: Vec<CommandReport>,
+    /// Samples by process, in the order of [`Report::processes`]; processes without samples too.
+    #[serde(default)]
+    pub processes: Vec<ProcessSamples>,
     /// Every profiled module with at least one sample, hottest first.
     pub modules: Vec<ModuleReport>,
     /// Functions across modules, hottest first.
@@ -103,6 +159,75 @@ pub struct SourceReport {
     pub lines: Vec<LineReport>,
     /// Every non-zero bucket, by address.
     pub buckets: Vec<BucketReport>,
+    /// Call stacks (runs with `-g` or `--call-graph`): every distinct stack with its samples, hottest first;
+    /// empty without call stacks.
+    #[serde(default)]
+    pub stacks: Vec<StackReport>,
+    /// The locations the stacks' frames refer to, by index.
+    #[serde(default)]
+    pub locations: Vec<LocationReport>,
+}
+
+/// One distinct call stack of one command and its samples.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct StackReport {
+    /// The `id` of the process (in [`Report::processes`]) whose samples these are.
+    pub process: u32,
+    /// Its pid.
+    pub pid: u32,
+    /// The command it ran.
+    pub command: String,
+    /// Samples with exactly this stack.
+    pub samples: u64,
+    /// The walk ended before the process's first frame (the stack copy ran out, a return address was in no
+    /// executable mapping, or the frame limit was reached): the outermost callers are unknown.
+    pub truncated: bool,
+    /// Indexes into [`SourceReport::locations`]: the sampled location first, then its callers, outward.
+    pub frames: Vec<u32>,
+}
+
+/// One location of the call stacks: an address and what it symbolizes to.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct LocationReport {
+    /// The module's name.
+    pub module: String,
+    /// Runtime address (in the module's first mapping); for a caller, its return address − 1 (inside the call
+    /// instruction).
+    pub address: u64,
+    /// The address in the object's own address space.
+    pub offset: u64,
+    /// The function holding it (the machine-code function: the outermost of `frames`).
+    pub function: String,
+    /// Inlined frames innermost first, the function last; empty when nothing is known of the address.
+    pub frames: Vec<Frame>,
+}
+
+/// The samples of one command.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CommandReport {
+    /// The command.
+    pub command: String,
+    /// How many processes ran it.
+    pub processes: u32,
+    /// Samples (counted and outside) while it ran.
+    pub samples: u64,
+    /// `samples / (counted + outside)`, 0..=1.
+    pub share: f64,
+}
+
+/// The samples of one process.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProcessSamples {
+    /// [`ProcessReport::id`].
+    pub process: u32,
+    /// Its pid.
+    pub pid: u32,
+    /// Samples counted in a module.
+    pub counted: u64,
+    /// Samples outside every profiled module.
+    pub outside: u64,
+    /// `(counted + outside) / (counted + outside of the source)`, 0..=1.
+    pub share: f64,
 }
 
 /// Counted + outside + lost accounts for every sample of the source.
@@ -139,14 +264,18 @@ pub struct ModuleReport {
     pub samples: u64,
     /// `samples / (counted + outside)` of the source, 0..=1.
     pub share: f64,
-    /// Milliseconds after the run's start at which this module's profile started (0 for modules present at the
-    /// start; later for libraries loaded with `dlopen`).
+    /// Milliseconds after the run's start at which this module was first mapped, the moment from which its
+    /// samples count in it (0 for modules present at the start; later for libraries loaded with `dlopen`).
     pub profiled_from_ms: f64,
 }
 
 /// A function with its samples, aggregated over its buckets.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct FunctionReport {
+    /// The command it ran in (functions are reported by command, module and name, as `perf report --sort
+    /// comm,dso,sym`).
+    #[serde(default)]
+    pub command: String,
     /// Module name ([`ModuleReport::name`]).
     pub module: String,
     /// Demangled name, or `module+0xOFFSET` when no symbol covers the address.
@@ -168,6 +297,9 @@ pub struct FunctionReport {
 /// A source line with its samples.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LineReport {
+    /// The command it ran in.
+    #[serde(default)]
+    pub command: String,
     /// Module name.
     pub module: String,
     /// The innermost function at that line (an inlined function where it was inlined).
@@ -187,9 +319,18 @@ pub struct LineReport {
 /// One non-zero bucket.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct BucketReport {
+    /// The process ([`ProcessReport::id`]).
+    #[serde(default)]
+    pub process: u32,
+    /// Its pid.
+    #[serde(default)]
+    pub pid: u32,
+    /// The command it ran then.
+    #[serde(default)]
+    pub command: String,
     /// Module name.
     pub module: String,
-    /// Runtime start address of the bucket.
+    /// Runtime start address of the bucket (in the module's first mapping, [`ModuleReport::start`]).
     pub address: u64,
     /// Address in the object's own space (`address - bias`), what `addr2line -e FILE` takes.
     pub offset: u64,

@@ -245,7 +245,7 @@ fn text_functions(text: &str) -> Vec<(u64, String, String)> {
 fn json_has_the_text_reports_totals_functions_and_shares_and_report_renders_it_again() {
     let run = run();
     let json = &run.json;
-    assert_eq!(json["schema_version"], 1);
+    assert_eq!(json["schema_version"], 2);
     let source = &json["sources"][0];
     let stats = &source["stats"];
     let (counted, outside, lost) = (
@@ -389,6 +389,26 @@ fn pprof_reads_the_profile_with_the_designed_shares_and_source_lines() {
     );
     println!("pprof -top:\n{top}");
     assert!(top.contains("Type: cpu"), "{top}");
+    // The process labels: -tags lists the command and the pid; -tagfocus on the command keeps every sample, on
+    // another command none. The executable is the first mapping, which titles the views.
+    let pid = run.json["processes"][0]["pid"].to_string();
+    let mut cmd = Command::new(&pprof);
+    cmd.args(["-tags"]).arg(&profile);
+    let tags = String::from_utf8_lossy(&run_bounded(cmd, LIMIT).stdout).into_owned();
+    println!("pprof -tags:\n{tags}");
+    assert!(
+        tags.contains("command") && tags.contains("split") && tags.contains(&pid),
+        "{tags}"
+    );
+    let mut cmd = Command::new(&pprof);
+    cmd.args(["-top", "-tagfocus=command=split"]).arg(&profile);
+    let focused = String::from_utf8_lossy(&run_bounded(cmd, LIMIT).stdout).into_owned();
+    assert_eq!(
+        pprof_top(&focused).first().map(|r| r.1.as_str()),
+        Some("hot_a"),
+        "{focused}"
+    );
+    assert!(top.lines().any(|l| l.starts_with("File: split")), "{top}");
     let rows = pprof_top(&top);
     assert_eq!(rows[0].1, "hot_a", "{top}");
     assert_eq!(rows[1].1, "hot_b", "{top}");
@@ -580,26 +600,28 @@ fn csv_rows_add_up_to_the_runs_totals() {
     let mut lines = text.lines();
     assert_eq!(
         lines.next().unwrap(),
-        "source,module,function,inlined,file,line,address,offset,samples,value,unit"
+        "source,pid,command,module,function,inlined,file,line,address,offset,samples,value,unit"
     );
+    let pid = run.json["processes"][0]["pid"].to_string();
     let stats = &run.json["sources"][0]["stats"];
     let expected = stats["counted"].as_u64().unwrap() + stats["outside"].as_u64().unwrap();
     let mut total = 0;
     let mut hot_a = 0;
     for line in lines {
         let fields: Vec<&str> = line.split(',').collect();
-        assert_eq!(fields.len(), 11, "{line}");
-        let samples: u64 = fields[8].parse().unwrap();
+        assert_eq!(fields.len(), 13, "{line}");
+        assert_eq!((fields[1], fields[2]), (pid.as_str(), "split"), "{line}");
+        let samples: u64 = fields[10].parse().unwrap();
         assert_eq!(
-            fields[9].parse::<u64>().unwrap(),
+            fields[11].parse::<u64>().unwrap(),
             samples * 1_000_000,
             "{line}"
         );
         total += samples;
-        if fields[2] == "hot_a" {
+        if fields[4] == "hot_a" {
             hot_a += samples;
             assert!(
-                fields[4].ends_with("split_main.c") && fields[6].starts_with("0x"),
+                fields[6].ends_with("split_main.c") && fields[8].starts_with("0x"),
                 "{line}"
             );
         }

@@ -4,8 +4,9 @@
 //! inlined helper `mix`), `hot_b` in `libhot.so` 300, and 100 outside every module. One sample was lost.
 
 use crate::report::{
-    BucketReport, Frame, FunctionReport, LineReport, ModuleReport, Report, RunInfo, SCHEMA_VERSION,
-    SourceReport, Stats,
+    BucketReport, CommandReport, Frame, FunctionReport, LineReport, LocationReport, ModuleReport,
+    ProcessReport, ProcessSamples, Report, RunInfo, SCHEMA_VERSION, SourceReport, StackReport,
+    Stats,
 };
 
 fn frame(function: &str, file: &str, line: u32, inlined: bool) -> Frame {
@@ -19,6 +20,9 @@ fn frame(function: &str, file: &str, line: u32, inlined: bool) -> Frame {
 
 fn bucket(module: &str, address: u64, bias: u64, samples: u64, frames: Vec<Frame>) -> BucketReport {
     BucketReport {
+        process: 0,
+        pid: 4242,
+        command: "demo".into(),
         module: module.into(),
         address,
         offset: address - bias,
@@ -72,6 +76,7 @@ pub fn report() -> Report {
     };
     let function = |module: &str, name: &str, address: u64, file: &str, line: u32, samples: u64| {
         FunctionReport {
+            command: "demo".into(),
             module: module.into(),
             name: name.into(),
             address,
@@ -83,6 +88,7 @@ pub fn report() -> Report {
         }
     };
     let line = |module: &str, function: &str, file: &str, line: u32, samples: u64| LineReport {
+        command: "demo".into(),
         module: module.into(),
         function: function.into(),
         file: file.into(),
@@ -104,11 +110,28 @@ pub fn report() -> Report {
             ended_by: "exited".into(),
             cpus: None,
             bucket_log2: 4,
-            module_poll_ms: 10.0,
+            module_poll_ms: 0.0,
+            executable: Some("/opt/demo/bin/demo".into()),
+            follow_children: true,
             symbolize_ms: 1.5,
-            notes: vec!["libraries mapped later are profiled within 10 ms of being mapped".into()],
+            call_graph: None,
+            recorder_cpu_ms: 12.5,
+            notes: vec!["every mapping was reported by the kernel as it was made".into()],
             expected: vec![],
+            explanations: vec![],
         },
+        processes: vec![ProcessReport {
+            id: 0,
+            pid: 4242,
+            ppid: 4000,
+            parent: None,
+            command: "demo".into(),
+            commands: vec!["demo".into()],
+            command_line: vec!["./demo".into(), "--seconds".into(), "2".into()],
+            started_ms: 0.0,
+            ended_ms: Some(2000.0),
+            ended: "exit status 0".into(),
+        }],
         sources: vec![SourceReport {
             name: "Timer".into(),
             value: 0,
@@ -124,6 +147,19 @@ pub fn report() -> Report {
                 lost: 1,
                 throttled: 0,
             },
+            commands: vec![CommandReport {
+                command: "demo".into(),
+                processes: 1,
+                samples: 1000,
+                share: 1.0,
+            }],
+            processes: vec![ProcessSamples {
+                process: 0,
+                pid: 4242,
+                counted: 900,
+                outside: 100,
+                share: 1.0,
+            }],
             modules: vec![
                 module("demo", "/opt/demo/bin/demo", exe_bias, 600),
                 module("libhot.so", "/opt/demo/lib/libhot.so", lib_bias, 300),
@@ -145,6 +181,53 @@ pub fn report() -> Report {
                 line("demo", "mix", "/src/mix.h", 3, 250),
             ],
             buckets,
+            stacks: vec![],
+            locations: vec![],
         }],
     }
+}
+
+/// The same run recorded with call stacks: `hot_a` (with `mix` inlined) called from `run_a` (400) and `run_b`
+/// (200), `hot_b` from `run_b` (300, one stack of them truncated: 20), all under `main`.
+pub fn report_with_stacks() -> Report {
+    let mut r = report();
+    r.run.call_graph = Some("dwarf,8192".into());
+    let loc = |module: &str, address: u64, frames: &[(&str, bool)]| LocationReport {
+        module: module.into(),
+        address,
+        offset: address & 0xffff,
+        function: frames.last().unwrap().0.into(),
+        frames: frames
+            .iter()
+            .map(|&(f, inlined)| Frame {
+                function: f.into(),
+                file: None,
+                line: None,
+                inlined,
+            })
+            .collect(),
+    };
+    let s = &mut r.sources[0];
+    s.locations = vec![
+        loc("demo", 0x5555_0000_1130, &[("mix", true), ("hot_a", false)]),
+        loc("demo", 0x5555_0000_1210, &[("run_a", false)]),
+        loc("demo", 0x5555_0000_1250, &[("run_b", false)]),
+        loc("demo", 0x5555_0000_1300, &[("main", false)]),
+        loc("libhot.so", 0x7f00_0000_1100, &[("hot_b", false)]),
+    ];
+    let stack = |samples: u64, truncated: bool, frames: &[u32]| StackReport {
+        process: 0,
+        pid: 4242,
+        command: "demo".into(),
+        samples,
+        truncated,
+        frames: frames.to_vec(),
+    };
+    s.stacks = vec![
+        stack(400, false, &[0, 1, 3]),
+        stack(280, false, &[4, 2, 3]),
+        stack(200, false, &[0, 2, 3]),
+        stack(20, true, &[4]),
+    ];
+    r
 }

@@ -1,9 +1,12 @@
 //! The flame graph: SVG drawn by inferno from folded stacks.
 //!
-//! A histogram of program counters has no call stacks; the hierarchy drawn instead is where the samples are:
-//! module → function → inlined functions (outermost first) → file:line, widths by samples. The samples outside
-//! every profiled module are one more root frame, so that each box's width is its share as the text report gives
-//! it. One graph per source (their units differ); the title names the source.
+//! With call stacks (`-g`, `--call-graph`), each stack is drawn from its root: the process (under the processes
+//! that started it, when they were profiled too), `[truncated]` when the walk did not reach the first frame,
+//! then the callers outermost first, each with its inlined functions expanded, down to the sampled function.
+//! Without call stacks a histogram of program counters has no callers; the hierarchy drawn instead is where the
+//! samples are: command → module → function → inlined functions (outermost first) → file:line. Either way, widths are
+//! samples; the samples outside every profiled module are one more root frame, so that each box's width is its
+//! share as the text report gives it. One graph per source (their units differ); the title names the source.
 
 use inferno::flamegraph::{self, Options};
 
@@ -15,11 +18,84 @@ fn frame_name(name: &str) -> String {
     name.replace(';', ":").replace(['\n', '\r'], " ")
 }
 
-/// The folded stacks of one source: `module;function;inlined…;file:line samples`, one line per bucket.
-pub fn folded(source: &SourceReport) -> Vec<String> {
+/// The frames that name process `id`: its profiled ancestors' commands, outermost first, then its own.
+fn process_root(report: &Report, id: u32, command: &str) -> Vec<String> {
+    let mut chain = vec![frame_name(command)];
+    let mut at = report
+        .processes
+        .iter()
+        .find(|p| p.id == id)
+        .and_then(|p| p.parent);
+    let mut guard = 0;
+    while let Some(parent) = at.and_then(|a| report.processes.iter().find(|p| p.id == a)) {
+        chain.push(frame_name(&parent.command));
+        at = parent.parent;
+        guard += 1;
+        if guard > 64 {
+            break;
+        }
+    }
+    chain.reverse();
+    chain
+}
+
+/// The folded call stacks of one source: `command;caller;…;function samples`, one line per distinct line (stacks
+/// that differ only in addresses inside the same functions are one line), hottest first.
+pub fn folded_stacks(report: &Report, source: &SourceReport) -> Vec<String> {
+    let mut merged: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+    for stack in source.stacks.iter().filter(|s| s.samples > 0) {
+        let mut frames = process_root(report, stack.process, &stack.command);
+        if stack.truncated {
+            frames.push("[truncated]".to_string());
+        }
+        for &l in stack.frames.iter().rev() {
+            let Some(location) = source.locations.get(l as usize) else {
+                continue;
+            };
+            // A location's frames are innermost first: the caller side is the function, then what it inlined.
+            for frame in location.frames.iter().rev() {
+                frames.push(frame_name(&frame.function));
+            }
+        }
+        *merged.entry(frames.join(";")).or_insert(0) += stack.samples;
+    }
+    let mut rows: Vec<(String, u64)> = merged.into_iter().collect();
+    rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let mut lines: Vec<String> = rows.into_iter().map(|(s, n)| format!("{s} {n}")).collect();
+    if source.stats.outside > 0 {
+        lines.push(format!("{OUTSIDE} {}", source.stats.outside));
+    }
+    lines
+}
+
+/// `--format folded`: the folded stacks of the first source (its call stacks, or without them its
+/// module → function → line hierarchy), one `frames samples` line each.
+pub fn folded_text(report: &Report) -> String {
+    let Some(source) = report.sources.first() else {
+        return String::new();
+    };
+    let mut out = String::new();
+    for line in source_folded(report, source) {
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+/// The folded lines of a source: call stacks when it has them.
+fn source_folded(report: &Report, source: &SourceReport) -> Vec<String> {
+    if source.stacks.is_empty() {
+        folded(report, source)
+    } else {
+        folded_stacks(report, source)
+    }
+}
+
+/// The folded stacks of one source: `command;module;function;inlined…;file:line samples`, one line per bucket.
+pub fn folded(report: &Report, source: &SourceReport) -> Vec<String> {
     let mut lines = Vec::new();
     for bucket in source.buckets.iter().filter(|b| b.samples > 0) {
-        let mut stack = vec![frame_name(&bucket.module)];
+        let mut stack = vec![frame_name(&bucket.command), frame_name(&bucket.module)];
         if bucket.frames.is_empty() {
             stack.push(frame_name(&format!(
                 "{}+{:#x}",
@@ -41,15 +117,24 @@ pub fn folded(source: &SourceReport) -> Vec<String> {
         }
         lines.push(format!("{} {}", stack.join(";"), bucket.samples));
     }
-    if source.stats.outside > 0 {
-        lines.push(format!("{OUTSIDE} {}", source.stats.outside));
+    let mut listed = 0;
+    for p in source.processes.iter().filter(|p| p.outside > 0) {
+        let command = report
+            .processes
+            .get(p.process as usize)
+            .map_or("", |r| r.command.as_str());
+        lines.push(format!("{};{OUTSIDE} {}", frame_name(command), p.outside));
+        listed += p.outside;
+    }
+    if source.stats.outside > listed {
+        lines.push(format!("{OUTSIDE} {}", source.stats.outside - listed));
     }
     lines
 }
 
 /// The SVG of one source.
 pub fn render_source(report: &Report, source: &SourceReport) -> Result<Vec<u8>, String> {
-    let lines = folded(source);
+    let lines = source_folded(report, source);
     if lines.is_empty() {
         return Err(format!(
             "no samples of {} to draw a flame graph of",
@@ -84,16 +169,35 @@ mod tests {
     #[test]
     fn folded_stacks_go_module_function_inlined_line() {
         let report = fixture::report();
-        let lines = folded(&report.sources[0]);
+        let lines = folded(&report, &report.sources[0]);
         assert_eq!(
             lines,
             [
-                "demo;hot_a;demo.c:12 350",
-                "demo;hot_a;mix;mix.h:3 250",
-                "libhot.so;hot_b;hot, \"b\".c:7 300",
+                "demo;demo;hot_a;demo.c:12 350",
+                "demo;demo;hot_a;mix;mix.h:3 250",
+                "demo;libhot.so;hot_b;hot, \"b\".c:7 300",
+                "demo;[outside profiled modules] 100",
+            ]
+        );
+    }
+
+    #[test]
+    fn call_stacks_fold_from_the_command_outward_in_with_inlined_frames_and_truncation() {
+        let report = fixture::report_with_stacks();
+        assert_eq!(
+            folded_stacks(&report, &report.sources[0]),
+            [
+                "demo;main;run_a;hot_a;mix 400",
+                "demo;main;run_b;hot_b 280",
+                "demo;main;run_b;hot_a;mix 200",
+                "demo;[truncated];hot_b 20",
                 "[outside profiled modules] 100",
             ]
         );
+        assert!(folded_text(&report).starts_with("demo;main;run_a;hot_a;mix 400\n"));
+        let svg = String::from_utf8(render_source(&report, &report.sources[0]).unwrap()).unwrap();
+        assert!(svg.contains("run_a (400 samples, 40.00%)"), "{svg}");
+        assert!(svg.contains("run_b (480 samples, 48.00%)"));
     }
 
     #[test]
@@ -110,6 +214,7 @@ mod tests {
         let mut report = fixture::report();
         report.sources[0].buckets.clear();
         report.sources[0].stats.outside = 0;
+        report.sources[0].processes.clear();
         assert!(render_source(&report, &report.sources[0]).is_err());
     }
 }

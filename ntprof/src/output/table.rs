@@ -1,19 +1,20 @@
-//! CSV: one row per (source, module, function, file, line, bucket address, samples), with a header row.
+//! CSV: one row per (source, process, module, function, file, line, bucket address, samples), with a header row.
 //!
-//! Columns: `source, module, function, inlined, file, line, address, offset, samples, value, unit`.
+//! Columns: `source, pid, command, module, function, inlined, file, line, address, offset, samples, value, unit`.
+//! `pid` and `command` are the process the samples were taken in and the command it ran then.
 //! `function` is the function that holds the bucket (the outermost frame), `inlined` the innermost inlined function
 //! at the bucket's address (empty when none), `file`/`line` the innermost frame's source line; `address` is the
 //! bucket's runtime start, `offset` the same in the object's own address space (what `addr2line -e FILE` takes),
 //! both hex; `value` is `samples` in the source's `unit` (nanoseconds for time sources, events otherwise). The
-//! samples that fell outside every profiled module are one more row per source, module `[outside]`, with an empty
-//! address, so that the rows of a source add up to counted + outside.
+//! samples that fell outside every profiled module are one more row per source and process, module `[outside]`,
+//! with an empty address, so that the rows of a source add up to counted + outside.
 
 use crate::report::Report;
 
 /// The header row.
-pub const HEADER: [&str; 11] = [
-    "source", "module", "function", "inlined", "file", "line", "address", "offset", "samples",
-    "value", "unit",
+pub const HEADER: [&str; 13] = [
+    "source", "pid", "command", "module", "function", "inlined", "file", "line", "address",
+    "offset", "samples", "value", "unit",
 ];
 
 /// The CSV text of a report.
@@ -40,6 +41,8 @@ pub fn render(report: &Report) -> Result<Vec<u8>, String> {
                 .unwrap_or_default();
             w.write_record([
                 source.name.as_str(),
+                bucket.pid.to_string().as_str(),
+                bucket.command.as_str(),
                 bucket.module.as_str(),
                 function.as_str(),
                 inlined,
@@ -57,10 +60,28 @@ pub fn render(report: &Report) -> Result<Vec<u8>, String> {
             ])
             .map_err(fail)?;
         }
-        if source.stats.outside > 0 {
-            let n = source.stats.outside;
+        // Outside: one row per process with such samples, and one without a process for any rest.
+        let mut rows: Vec<(String, &str, u64)> = source
+            .processes
+            .iter()
+            .filter(|p| p.outside > 0)
+            .map(|p| {
+                let command = report
+                    .processes
+                    .get(p.process as usize)
+                    .map_or("", |r| r.command.as_str());
+                (p.pid.to_string(), command, p.outside)
+            })
+            .collect();
+        let listed: u64 = rows.iter().map(|r| r.2).sum();
+        if source.stats.outside > listed {
+            rows.push((String::new(), "", source.stats.outside - listed));
+        }
+        for (pid, command, n) in rows {
             w.write_record([
                 source.name.as_str(),
+                pid.as_str(),
+                command,
                 "[outside]",
                 "",
                 "",
@@ -89,27 +110,30 @@ mod tests {
         let rows: Vec<&str> = text.lines().collect();
         assert_eq!(
             rows[0],
-            "source,module,function,inlined,file,line,address,offset,samples,value,unit"
+            "source,pid,command,module,function,inlined,file,line,address,offset,samples,value,unit"
         );
         assert_eq!(
             rows[1],
-            "Timer,demo,hot_a,,/src/demo.c,12,0x555500001130,0x1130,350,350000000,nanoseconds"
+            "Timer,4242,demo,demo,hot_a,,/src/demo.c,12,0x555500001130,0x1130,350,350000000,nanoseconds"
         );
         assert_eq!(
             rows[2],
-            "Timer,demo,hot_a,mix,/src/mix.h,3,0x555500001140,0x1140,250,250000000,nanoseconds"
+            "Timer,4242,demo,demo,hot_a,mix,/src/mix.h,3,0x555500001140,0x1140,250,250000000,nanoseconds"
         );
         assert_eq!(
             rows[3],
-            "Timer,libhot.so,hot_b,,\"/src/hot, \"\"b\"\".c\",7,0x7f0000001100,0x1100,300,300000000,nanoseconds"
+            "Timer,4242,demo,libhot.so,hot_b,,\"/src/hot, \"\"b\"\".c\",7,0x7f0000001100,0x1100,300,300000000,nanoseconds"
         );
-        assert_eq!(rows[4], "Timer,[outside],,,,,,,100,100000000,nanoseconds");
+        assert_eq!(
+            rows[4],
+            "Timer,4242,demo,[outside],,,,,,,100,100000000,nanoseconds"
+        );
         assert_eq!(rows.len(), 5);
         // Read back with a CSV reader: the quoted file name is one field again.
         let mut r = csv::Reader::from_reader(text.as_bytes());
         let total: u64 = r
             .records()
-            .map(|rec| rec.unwrap()[8].parse::<u64>().unwrap())
+            .map(|rec| rec.unwrap()[10].parse::<u64>().unwrap())
             .sum();
         assert_eq!(total, 1000);
     }

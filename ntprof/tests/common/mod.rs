@@ -14,6 +14,7 @@ pub fn build_dir(tag: &str) -> PathBuf {
 }
 
 /// Run `gcc ARGS` in `cwd`; panic with its diagnostics when it fails.
+#[allow(dead_code)] // Not every test file builds C programs itself.
 pub fn gcc(args: &[&str], cwd: &Path) {
     let out = Command::new("gcc")
         .args(args)

@@ -10,9 +10,9 @@ use crate::report::Expectation;
 
 /// ntprof - a kernrate-like profiler built on ntprofile (the Windows NT profile API on Linux perf_event).
 ///
-/// `ntprof record -- CMD` profiles a command from its first instruction to its exit, module by module (the
-/// executable and every shared library, those loaded later with dlopen included), and prints where the time
-/// went: modules, functions and source lines.
+/// `ntprof record -- CMD` profiles a command and every process it starts from their first instruction to the
+/// command's exit, module by module (executables, shared libraries, those loaded later with dlopen, JIT code
+/// named by perf map files), and prints where the time went: processes, commands, modules, functions, lines.
 #[derive(Debug, Parser)]
 #[command(name = "ntprof", version, about, long_about = None, propagate_version = true)]
 pub struct Cli {
@@ -24,11 +24,11 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run a command and profile it from its first instruction to its exit (or, with --kernel, profile the
-    /// kernel).
+    /// Run a command and profile it, with every process it starts, from its first instruction to its exit (or,
+    /// with --kernel, profile the kernel).
     #[command(after_help = RECORD_AFTER_HELP)]
     Record(RecordArgs),
-    /// Profile a running process until --duration ends, Ctrl-C, or the process exits.
+    /// Profile running processes (and those they start) until --duration ends, Ctrl-C, or they exit.
     Attach(AttachArgs),
     /// List every profile source, whether it can be sampled here (and why not), its intervals and perf event.
     Sources,
@@ -41,9 +41,15 @@ pub enum Command {
 const RECORD_AFTER_HELP: &str = "\
 Examples:
   ntprof record -- ./prog arg1 arg2          profile ./prog, report modules, functions, lines
+  ntprof record -- make -j2                  make and every process it starts (sh, cc1, as, ld, ...)
+  ntprof record --no-inherit -- sh -c CMD    the shell alone, not its children
+  ntprof record -- node --perf-basic-prof app.js   JIT code named from /tmp/perf-PID.map
   ntprof record --source Timer,page-faults -- ./prog
   ntprof record --module prog --module libfoo.so -- ./prog
   ntprof record --kernel --duration 5        the kernel and its modules, system-wide (needs CAP_PERFMON)
+  ntprof record -g -- ./prog                 with call stacks (frame pointers): callers, call tree, flame graph
+  ntprof record --call-graph dwarf -- ./prog call stacks of code built without frame pointers (libc too)
+  ntprof record -g --format folded -o prog.folded -- ./prog   folded stacks for flamegraph.pl, speedscope
 
 The exit status is the command's (128 + N when a signal N killed it); 127 when it cannot be run.";
 
@@ -60,10 +66,17 @@ pub struct ProfileArgs {
     /// (repeatable: --interval 1000 --interval page-faults=16). Default: the source's default.
     #[arg(short = 'i', long = "interval", value_name = "[SOURCE=]N", value_parser = parse_interval_arg)]
     pub intervals: Vec<IntervalArg>,
-    /// BucketSize: log2 of the bucket size in bytes, 2 (4-byte buckets) ..= 31.
-    #[arg(short = 'b', long, value_name = "LOG2", default_value_t = 4,
-          value_parser = clap::value_parser!(u32).range(2..=31))]
-    pub bucket: u32,
+    /// Address granularity: log2 of the bucket size in bytes (0 ..= 31) at which sampled addresses are
+    /// aggregated into the report's buckets and lines. Default: exact (every address on its own, as the kernel
+    /// reports it).
+    #[arg(short = 'b', long, value_name = "LOG2",
+          value_parser = clap::value_parser!(u32).range(0..=31))]
+    pub bucket: Option<u32>,
+    /// Profile CMD (or the attached processes) alone, not the processes they start (perf's option name). By
+    /// default every process started, transitively (fork, vfork, clone, posix_spawn, exec), is profiled from
+    /// its first instruction.
+    #[arg(long)]
+    pub no_inherit: bool,
     /// Randomize each sample period by up to +- PERCENT % (0..=90) so that periodic work cannot alias with it.
     #[arg(long, value_name = "PERCENT", default_value_t = 0,
           value_parser = clap::value_parser!(u32).range(0..=90))]
@@ -81,10 +94,19 @@ pub struct ProfileArgs {
     /// Also profile a raw address range START-END (hexadecimal, end exclusive); repeatable.
     #[arg(long = "range", value_name = "START-END", value_parser = parse_range)]
     pub ranges: Vec<AddrRange>,
-    /// How often the process's mappings are read for libraries loaded later (dlopen), in milliseconds.
-    #[arg(long, value_name = "MS", default_value_t = 10,
-          value_parser = clap::value_parser!(u64).range(1..=1000))]
-    pub poll_ms: u64,
+    /// No longer needed, accepted for old scripts: the kernel reports every mapping (libraries, dlopen, JIT
+    /// code) as it is made, so nothing is polled.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=1000), hide_short_help = true)]
+    pub poll_ms: Option<u64>,
+    /// Record call stacks from frame pointers (the kernel walks them at each sample): the same as
+    /// --call-graph fp. With --kernel: kernel stacks.
+    #[arg(short = 'g')]
+    pub call_stacks: bool,
+    /// Record call stacks: 'fp' (frame pointers, walked by the kernel) or 'dwarf' / 'dwarf,SIZE' (perf's
+    /// spelling: copy SIZE bytes of the user stack at each sample, default 8192, at most 65528, and unwind them
+    /// with the modules' .eh_frame/.debug_frame, so code built without frame pointers, libc included, is walked).
+    #[arg(long = "call-graph", value_name = "fp|dwarf[,SIZE]", value_parser = parse_call_graph)]
+    pub call_graph: Option<CallGraph>,
 }
 
 /// `ntprof record`.
@@ -111,9 +133,11 @@ pub struct RecordArgs {
 /// `ntprof attach`.
 #[derive(Debug, Clone, Args)]
 pub struct AttachArgs {
-    /// The process to profile.
-    #[arg(short = 'p', long, value_name = "PID", value_parser = clap::value_parser!(u32).range(1..))]
-    pub pid: u32,
+    /// The process to profile, or a comma list of them (--pid 12,34); the processes they start while attached
+    /// are profiled too, unless --no-inherit.
+    #[arg(short = 'p', long, value_name = "PID[,PID...]", value_delimiter = ',', required = true,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub pid: Vec<u32>,
     /// How long to profile, in seconds (default: until Ctrl-C or the process exits).
     #[arg(short = 'd', long, value_name = "S", value_parser = parse_duration)]
     pub duration: Option<f64>,
@@ -195,7 +219,54 @@ pub struct IntervalArg {
     pub value: u32,
 }
 
+/// How call stacks are recorded (`-g`, `--call-graph`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallGraph {
+    /// Frame pointers: the kernel's callchains.
+    Fp,
+    /// A copy of this many bytes of the user stack, unwound with DWARF CFI.
+    Dwarf(u32),
+}
+
+/// The default size of the user stack copy of `--call-graph dwarf` (perf's).
+pub const DWARF_STACK_DEFAULT: u32 = 8192;
+/// The kernel's limit on one sample's user stack copy, rounded down to 8 bytes.
+pub const DWARF_STACK_MAX: u32 = 65528;
+
+fn parse_call_graph(s: &str) -> Result<CallGraph, String> {
+    let (mode, size) = match s.split_once(',') {
+        Some((m, size)) => (m, Some(size)),
+        None => (s, None),
+    };
+    match (mode, size) {
+        ("fp", None) => Ok(CallGraph::Fp),
+        ("fp", Some(_)) => Err("'fp' takes no size (the kernel walks the frame pointers)".into()),
+        ("dwarf", None) => Ok(CallGraph::Dwarf(DWARF_STACK_DEFAULT)),
+        ("dwarf", Some(size)) => {
+            let n: u32 = size
+                .trim()
+                .parse()
+                .map_err(|_| format!("'{size}' is not a size in bytes (e.g. dwarf,16384)"))?;
+            if n == 0 || n > DWARF_STACK_MAX {
+                return Err(format!(
+                    "the stack copy must be 8 ..= {DWARF_STACK_MAX} bytes, not {n}"
+                ));
+            }
+            Ok(CallGraph::Dwarf(n.next_multiple_of(8)))
+        }
+        (other, _) => Err(format!(
+            "'{other}' is not a call-graph mode: use fp (frame pointers) or dwarf[,SIZE] (stack copies)"
+        )),
+    }
+}
+
 impl ProfileArgs {
+    /// How call stacks are recorded, if at all (`--call-graph` wins over `-g`).
+    pub fn call_graph(&self) -> Option<CallGraph> {
+        self.call_graph
+            .or(self.call_stacks.then_some(CallGraph::Fp))
+    }
+
     /// The interval asked for `source`: its own `SOURCE=N`, else a bare `N`, else none (the source's default).
     pub fn interval_for(&self, source: ProfileSource) -> Option<u32> {
         let own = self
@@ -314,133 +385,4 @@ pub fn parse_range(s: &str) -> Result<AddrRange, String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::CommandFactory;
-
-    fn p(args: &[&str]) -> Result<Cli, clap::Error> {
-        Cli::try_parse_from(std::iter::once("ntprof").chain(args.iter().copied()))
-    }
-
-    #[test]
-    fn cli_is_consistent() {
-        Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn record_options() {
-        let cli = p(&[
-            "record",
-            "--source",
-            "Timer,page-faults",
-            "-i",
-            "2000",
-            "--bucket",
-            "2",
-            "--cpus",
-            "0-1",
-            "--module",
-            "prog",
-            "--range",
-            "0x1000-0x2000",
-            "--top",
-            "5",
-            "--",
-            "./prog",
-            "-x",
-        ])
-        .unwrap();
-        let Command::Record(r) = cli.command else {
-            panic!("not record")
-        };
-        assert_eq!(
-            r.profile.sources,
-            vec![ProfileSource::Time, ProfileSource::PageFaults]
-        );
-        assert_eq!(
-            (
-                r.profile.interval_for(ProfileSource::Time),
-                r.profile.bucket
-            ),
-            (Some(2000), 2)
-        );
-        assert_eq!(r.profile.cpus, Some(CpuList(vec![0, 1])));
-        assert_eq!(
-            r.profile.ranges,
-            vec![AddrRange {
-                start: 0x1000,
-                end: 0x2000
-            }]
-        );
-        assert_eq!(r.output.top, 5);
-        assert_eq!(r.command, vec!["./prog", "-x"]);
-        let cli = p(&["record", "-s", "Timer", "-s", "page-faults", "--", "x"]).unwrap();
-        let Command::Record(r) = cli.command else {
-            panic!("not record")
-        };
-        assert_eq!(r.profile.sources.len(), 2);
-    }
-
-    #[test]
-    fn bad_options_are_usage_errors() {
-        for bad in [
-            &["record", "--bucket", "32", "--", "x"][..],
-            &["record", "--range", "0x2000-0x1000", "--", "x"],
-            &["record", "--range", "zz-0x10", "--", "x"],
-            &["record", "--cpus", "3-1", "--", "x"],
-            &["record", "--source", "nonsense", "--", "x"],
-            &["record", "--jitter", "91", "--", "x"],
-            &["attach", "--pid", "0"],
-            &["attach"],
-            &["bogus"],
-        ] {
-            let err = p(bad).expect_err(&format!("{bad:?} accepted"));
-            assert_eq!(err.exit_code(), 2, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn sources_by_name_or_value() {
-        assert_eq!(parse_source("Timer"), Some(ProfileSource::Time));
-        assert_eq!(parse_source("ProfileTime"), Some(ProfileSource::Time));
-        assert_eq!(parse_source("task-clock"), Some(ProfileSource::TaskClock));
-        assert_eq!(parse_source("0x13"), Some(ProfileSource::TotalCycles));
-        assert_eq!(parse_source("0x18"), None);
-        assert_eq!(parse_source("nonsense"), None);
-    }
-
-    fn record(args: &[&str]) -> RecordArgs {
-        let mut all = vec!["record"];
-        all.extend_from_slice(args);
-        match p(&all).unwrap().command {
-            Command::Record(r) => r,
-            _ => panic!("not record"),
-        }
-    }
-
-    #[test]
-    fn intervals_for_every_source_or_one() {
-        let r = record(&[
-            "--source",
-            "Timer,page-faults",
-            "--interval",
-            "2000",
-            "--interval",
-            "page-faults=16",
-            "--",
-            "prog",
-        ]);
-        assert_eq!(r.profile.interval_for(ProfileSource::Time), Some(2000));
-        assert_eq!(r.profile.interval_for(ProfileSource::PageFaults), Some(16));
-        assert_eq!(r.profile.interval_for_unused_source(), None);
-        let r = record(&["--interval", "TotalIssues:5", "--", "prog"]);
-        assert_eq!(r.profile.interval_for(ProfileSource::Time), None);
-        assert_eq!(
-            r.profile.interval_for_unused_source(),
-            Some(ProfileSource::TotalIssues)
-        );
-        assert!(parse_interval_arg("nosuch=5").is_err());
-        assert!(parse_interval_arg("Timer=-1").is_err());
-        assert!(parse_interval_arg("x").is_err());
-    }
-}
+mod tests;

@@ -6,7 +6,7 @@
 //! that output quietly as other Unix tools do.
 
 #[cfg(test)]
-mod fixture;
+pub(crate) mod fixture;
 mod flame;
 mod pprof;
 mod table;
@@ -30,8 +30,11 @@ pub enum Format {
     Csv,
     /// Google's pprof `profile.proto`, gzipped.
     Pprof,
-    /// A flame graph (SVG): module -> function -> inlined function -> file:line.
+    /// A flame graph (SVG): with call stacks (-g), command -> callers -> function -> inlined functions;
+    /// without, module -> function -> inlined function -> file:line.
     Flamegraph,
+    /// Folded stacks, one line per stack: `frame;frame;... samples` (for flamegraph.pl, speedscope, inferno).
+    Folded,
 }
 
 impl Format {
@@ -47,6 +50,8 @@ impl Format {
             Some(Format::Pprof)
         } else if ends(".svg") {
             Some(Format::Flamegraph)
+        } else if ends(".folded") {
+            Some(Format::Folded)
         } else {
             None
         }
@@ -79,6 +84,10 @@ pub struct OutputArgs {
     /// How many functions and lines the text report shows.
     #[arg(short = 'n', long, value_name = "N", default_value_t = 20)]
     pub top: usize,
+    /// With call stacks: the text report also prints the call tree (callers above callees, inclusive shares),
+    /// down to branches of at least 0.5 % of the samples.
+    #[arg(long)]
+    pub call_tree: bool,
     /// No live progress on stderr.
     #[arg(short = 'q', long)]
     pub quiet: bool,
@@ -223,9 +232,14 @@ fn flamegraphs(report: &Report, path: Option<&Path>) -> Vec<(Sink, Result<Vec<u8
 }
 
 /// Render one of the single-document formats (the flame graph has one document per source: [`flamegraphs`]).
-fn render(report: &Report, format: Format, top: usize) -> Result<Vec<u8>, String> {
+fn render(report: &Report, format: Format, top: usize, call_tree: bool) -> Result<Vec<u8>, String> {
     match format {
-        Format::Text => Ok(crate::text::render(report, top).into_bytes()),
+        Format::Text => {
+            let mut text = crate::text::render(report, top);
+            text.push_str(&crate::text::stacks::render(report, top, call_tree));
+            Ok(text.into_bytes())
+        }
+        Format::Folded => Ok(flame::folded_text(report).into_bytes()),
         Format::Json => json(report),
         Format::Csv => table::render(report),
         Format::Pprof => pprof::render(report),
@@ -265,7 +279,7 @@ pub fn emit(report: &Report, args: &OutputArgs) -> Result<(), String> {
     } else if format == Format::Flamegraph {
         jobs.extend(flamegraphs(report, args.output.as_deref()));
     } else {
-        jobs.push((main, render(report, format, args.top)));
+        jobs.push((main, render(report, format, args.top, args.call_tree)));
     }
 
     let mut errors = Vec::new();
@@ -286,137 +300,4 @@ pub fn emit(report: &Report, args: &OutputArgs) -> Result<(), String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn format_from_extension() {
-        let f = |p: &str| Format::from_path(Path::new(p));
-        assert_eq!(f("run.json"), Some(Format::Json));
-        assert_eq!(f("run.CSV"), Some(Format::Csv));
-        assert_eq!(f("cpu.pb.gz"), Some(Format::Pprof));
-        assert_eq!(f("flame.svg"), Some(Format::Flamegraph));
-        assert_eq!(f("report.txt"), None);
-        let args = OutputArgs {
-            output: Some("x.csv".into()),
-            ..OutputArgs::default()
-        };
-        assert_eq!(args.main_format(), Format::Csv);
-        let args = OutputArgs {
-            output: Some("x.csv".into()),
-            format: Some(Format::Json),
-            ..OutputArgs::default()
-        };
-        assert_eq!(args.main_format(), Format::Json);
-    }
-
-    #[test]
-    fn write_failures_name_the_file() {
-        let e = write_all(&Sink::File("/nonexistent-dir/x.json".into()), b"{}").unwrap_err();
-        assert_eq!(
-            e,
-            WriteError::Failed(
-                "cannot create /nonexistent-dir/x.json: No such file or directory (os error 2)"
-                    .into()
-            )
-        );
-        let e = write_all(&Sink::File("/dev/full".into()), b"{}").unwrap_err();
-        assert_eq!(
-            e,
-            WriteError::Failed(
-                "cannot write /dev/full: No space left on device (os error 28)".into()
-            )
-        );
-    }
-
-    #[test]
-    fn every_output_is_attempted_and_every_failure_reported() {
-        let dir = std::env::temp_dir().join(format!("ntprof-emit-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let report = fixture::report();
-        let args = OutputArgs {
-            format: Some(Format::Json),
-            output: Some(dir.join("main.json")),
-            json: Some("/nonexistent-dir/a.json".into()),
-            csv: Some(dir.join("rows.csv")),
-            pprof: Some("/dev/full".into()),
-            flamegraph: Some(dir.join("flame.svg")),
-            ..OutputArgs::default()
-        };
-        let err = emit(&report, &args).unwrap_err();
-        assert!(
-            err.contains("/nonexistent-dir/a.json") && err.contains("/dev/full"),
-            "{err}"
-        );
-        let back: Report =
-            serde_json::from_slice(&std::fs::read(dir.join("main.json")).unwrap()).unwrap();
-        assert_eq!(back, report);
-        assert!(
-            std::fs::read_to_string(dir.join("rows.csv"))
-                .unwrap()
-                .starts_with("source,")
-        );
-        assert!(
-            std::fs::read_to_string(dir.join("flame.svg"))
-                .unwrap()
-                .contains("hot_a")
-        );
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    /// Every key the JSON writer produces has its row in docs/json-schema.md.
-    #[test]
-    fn the_schema_document_describes_every_field() {
-        fn keys(value: &serde_json::Value, out: &mut Vec<String>) {
-            match value {
-                serde_json::Value::Object(map) => {
-                    for (k, v) in map {
-                        out.push(k.clone());
-                        keys(v, out);
-                    }
-                }
-                serde_json::Value::Array(items) => items.iter().for_each(|v| keys(v, out)),
-                _ => {}
-            }
-        }
-        let doc = include_str!("../../docs/json-schema.md");
-        let value: serde_json::Value =
-            serde_json::from_slice(&json(&fixture::report()).unwrap()).unwrap();
-        let mut all = Vec::new();
-        keys(&value, &mut all);
-        assert!(all.len() > 50);
-        let missing: Vec<&String> = all
-            .iter()
-            .filter(|k| !doc.contains(&format!("| `{k}` |")))
-            .collect();
-        assert!(
-            missing.is_empty(),
-            "docs/json-schema.md lacks rows for {missing:?}"
-        );
-        assert!(
-            doc.contains(&format!("schema version {}", crate::report::SCHEMA_VERSION))
-                || doc.contains(&format!("(version {})", crate::report::SCHEMA_VERSION))
-        );
-    }
-
-    #[test]
-    fn one_flame_graph_per_source() {
-        let mut report = fixture::report();
-        let mut second = report.sources[0].clone();
-        second.name = "page-faults".into();
-        report.sources.push(second);
-        let out = flamegraphs(&report, Some(Path::new("/tmp/x/flame.svg")));
-        let sinks: Vec<Sink> = out.into_iter().map(|(s, _)| s).collect();
-        let on_stdout = flamegraphs(&report, None);
-        assert!(
-            on_stdout[0].1.is_ok() && on_stdout[1].1.as_ref().unwrap_err().contains("FILE.svg")
-        );
-        assert_eq!(
-            sinks,
-            [
-                Sink::File("/tmp/x/flame.svg".into()),
-                Sink::File("/tmp/x/flame.page-faults.svg".into())
-            ]
-        );
-    }
-}
+mod tests;

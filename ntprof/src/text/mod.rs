@@ -1,11 +1,16 @@
-//! The text report: a header (what ran, the sources, the accounting), then per source kernrate's module table,
-//! the top functions with share and bar, and the hottest source lines with their text.
+//! The text report: a header (what ran, the sources, the accounting, why a profile is empty), the process
+//! summary, then per source the commands, kernrate's module table, the top functions with share and bar, and
+//! the hottest source lines with their text.
 //!
 //! A pure function of the [`Report`], so that `ntprof report FILE.json` renders a saved run the same way.
 
+mod processes;
+mod source;
+pub mod stacks;
+
 use std::fmt::Write;
 
-use crate::report::{Expectation, Report, SourceReport};
+use crate::report::{Report, SourceReport};
 
 /// Width of the bar at a 100 % share.
 const BAR_WIDTH: f64 = 30.0;
@@ -54,6 +59,22 @@ fn interval_text(s: &SourceReport) -> String {
 /// Render the report; `top` functions and `top` lines per source.
 pub fn render(report: &Report, top: usize) -> String {
     let mut out = String::new();
+    header(&mut out, report);
+    processes::render(&mut out, report, top);
+    for s in &report.sources {
+        source::render(&mut out, s, top);
+        source::render_expected(&mut out, s, &report.run.expected);
+    }
+    // Empty bars and text leave trailing blanks.
+    let mut trimmed: String = out
+        .lines()
+        .map(|l| l.trim_end().to_string() + "\n")
+        .collect();
+    trimmed.shrink_to_fit();
+    trimmed
+}
+
+fn header(out: &mut String, report: &Report) {
     let run = &report.run;
     let what = match run.mode.as_str() {
         "kernel" => "the kernel and its modules (system-wide)".to_string(),
@@ -84,32 +105,43 @@ pub fn render(report: &Report, top: usize) -> String {
             .collect::<Vec<_>>()
             .join(","),
     };
-    let polling = if run.module_poll_ms > 0.0 {
-        format!("new modules looked for every {} ms", run.module_poll_ms)
+    let addresses = if run.bucket_log2 == 0 {
+        "addresses exact".to_string()
     } else {
-        "the modules loaded at the start".to_string()
+        format!(
+            "addresses in {}-byte buckets",
+            1u64 << run.bucket_log2.min(63)
+        )
     };
-    let _ = writeln!(
+    let tree = match (run.mode.as_str(), run.follow_children) {
+        ("kernel", _) => "every process",
+        (_, true) => "children followed",
+        (_, false) => "children not followed (--no-inherit)",
+    };
+    let _ = write!(
         out,
-        "  buckets {} bytes; processors {cpus}; {polling}; symbolized in {:.1} ms",
-        1u64 << run.bucket_log2.min(63),
+        "  {addresses}; processors {cpus}; {tree}; symbolized in {:.1} ms",
         run.symbolize_ms
     );
+    if run.recorder_cpu_ms > 0.0 {
+        let _ = write!(out, "; recording used {:.1} ms of CPU", run.recorder_cpu_ms);
+    }
+    out.push('\n');
     for s in &report.sources {
         let st = &s.stats;
+        let jitter = if s.jitter_percent > 0 {
+            format!(", jitter +-{}%", s.jitter_percent)
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             out,
-            "  source {} ({:#x}): interval {}, {:.0} samples/s{}; samples {} = counted {} + outside {} + lost {}; \
+            "  source {} ({:#x}): interval {}, {:.0} samples/s{jitter}; samples {} = counted {} + outside {} + lost {}; \
              throttled {}",
             s.name,
             s.value,
             interval_text(s),
             s.achieved_rate_hz,
-            if s.jitter_percent > 0 {
-                format!(", jitter +-{}%", s.jitter_percent)
-            } else {
-                String::new()
-            },
             st.counted + st.outside + st.lost,
             st.counted,
             st.outside,
@@ -117,169 +149,11 @@ pub fn render(report: &Report, top: usize) -> String {
             st.throttled
         );
     }
+    for why in &run.explanations {
+        let _ = writeln!(out, "  why: {why}");
+    }
     for note in &run.notes {
         let _ = writeln!(out, "  note: {note}");
-    }
-
-    for s in &report.sources {
-        render_source(&mut out, s, top);
-        render_expected(&mut out, s, &report.run.expected);
-    }
-    // Empty bars and text leave trailing blanks.
-    let mut trimmed: String = out
-        .lines()
-        .map(|l| l.trim_end().to_string() + "\n")
-        .collect();
-    trimmed.shrink_to_fit();
-    trimmed
-}
-
-fn render_source(out: &mut String, s: &SourceReport, top: usize) {
-    let total = s.stats.counted + s.stats.outside;
-    let _ = writeln!(
-        out,
-        "\n== {} ({} samples, each {} {}) ==",
-        s.name, total, s.sample_value, s.sample_unit
-    );
-    let _ = writeln!(
-        out,
-        "\n  {:<28} {:>9} {:>7}  {:>10}  path",
-        "Module", "Samples", "Share", "from (ms)"
-    );
-    for m in &s.modules {
-        let _ = writeln!(
-            out,
-            "  {:<28} {:>9} {:>7}  {:>10.1}  {}",
-            tail(&m.name, 28),
-            m.samples,
-            pct(m.share),
-            m.profiled_from_ms,
-            m.path
-        );
-    }
-    let outside_share = if total == 0 {
-        0.0
-    } else {
-        s.stats.outside as f64 / total as f64
-    };
-    let _ = writeln!(
-        out,
-        "  {:<28} {:>9} {:>7}",
-        "(outside every module)",
-        s.stats.outside,
-        pct(outside_share)
-    );
-    if s.stats.lost > 0 {
-        let _ = writeln!(out, "  {:<28} {:>9}", "(lost: ring full)", s.stats.lost);
-    }
-
-    if !s.functions.is_empty() {
-        let _ = writeln!(
-            out,
-            "\n  {:>9} {:>7}  {:<36} Module",
-            "Samples", "Share", "Function"
-        );
-        for f in s.functions.iter().take(top) {
-            let _ = writeln!(
-                out,
-                "  {:>9} {:>7}  {:<36} {:<26} {}",
-                f.samples,
-                pct(f.share),
-                head(&f.name, 36),
-                tail(&f.module, 26),
-                bar(f.share)
-            );
-        }
-        if s.functions.len() > top {
-            let rest: u64 = s.functions.iter().skip(top).map(|f| f.samples).sum();
-            let _ = writeln!(
-                out,
-                "  {:>9} {:>7}  ({} more functions; --top N shows more)",
-                rest,
-                pct(if total == 0 {
-                    0.0
-                } else {
-                    rest as f64 / total as f64
-                }),
-                s.functions.len() - top
-            );
-        }
-    }
-
-    if !s.lines.is_empty() {
-        let _ = writeln!(
-            out,
-            "\n  {:>9} {:>7}  {:<20} {:<20} {:<26} source",
-            "Samples", "Share", "Line", "Function", "Module"
-        );
-        for l in s.lines.iter().take(top) {
-            let file = std::path::Path::new(&l.file)
-                .file_name()
-                .map_or(l.file.clone(), |f| f.to_string_lossy().into_owned());
-            let _ = writeln!(
-                out,
-                "  {:>9} {:>7}  {:<20} {:<20} {:<26} {}",
-                l.samples,
-                pct(l.share),
-                tail(&format!("{file}:{}", l.line), 20),
-                head(&l.function, 20),
-                tail(&l.module, 26),
-                l.text.as_deref().map(str::trim).unwrap_or("")
-            );
-        }
-    }
-}
-
-/// Designed against measured shares (`--expect`): each function's deviation in percentage points and in
-/// standard deviations of a binomial share with this source's number of samples.
-fn render_expected(out: &mut String, s: &SourceReport, expected: &[Expectation]) {
-    let total = s.stats.counted + s.stats.outside;
-    if expected.is_empty() || total == 0 {
-        return;
-    }
-    let _ = writeln!(
-        out,
-        "\n  {:<36} {:>9} {:>9} {:>10} {:>8}",
-        "Designed against measured", "designed", "measured", "deviation", "sigma"
-    );
-    let mut largest: Option<(f64, f64)> = None;
-    for e in expected {
-        let samples: u64 = s
-            .functions
-            .iter()
-            .filter(|f| f.name == e.function)
-            .map(|f| f.samples)
-            .sum();
-        let designed = e.percent / 100.0;
-        let measured = samples as f64 / total as f64;
-        let points = (measured - designed) * 100.0;
-        let sigma = (designed * (1.0 - designed) / total as f64).sqrt();
-        let z = if sigma > 0.0 {
-            (measured - designed) / sigma
-        } else {
-            0.0
-        };
-        if largest.is_none_or(|(p, _)| points.abs() > p.abs()) {
-            largest = Some((points, z));
-        }
-        let _ = writeln!(
-            out,
-            "  {:<36} {:>8.1}% {:>8.1}% {:>+6.1} pts {:>+8.2}",
-            head(&e.function, 36),
-            e.percent,
-            measured * 100.0,
-            points,
-            z
-        );
-    }
-    if let Some((points, z)) = largest {
-        let _ = writeln!(
-            out,
-            "  largest deviation {:.1} points ({:.2} standard deviations of a share of {} samples)",
-            points.abs(),
-            z.abs(),
-            total
-        );
     }
 }
 
@@ -302,14 +176,31 @@ mod tests {
                 ended_by: "exited".into(),
                 cpus: None,
                 bucket_log2: 4,
-                module_poll_ms: 10.0,
+                module_poll_ms: 0.0,
+                executable: Some("/tmp/prog".into()),
+                follow_children: true,
+                explanations: vec!["a reason".into()],
                 symbolize_ms: 1.5,
+                call_graph: None,
+                recorder_cpu_ms: 12.5,
                 notes: vec!["a note".into()],
                 expected: vec![Expectation {
                     function: "hot".into(),
                     percent: 50.0,
                 }],
             },
+            processes: vec![ProcessReport {
+                id: 0,
+                pid: 42,
+                ppid: 1,
+                parent: None,
+                command: "prog".into(),
+                commands: vec!["sh".into(), "prog".into()],
+                command_line: vec!["./prog".into(), "-x".into()],
+                started_ms: 0.0,
+                ended_ms: Some(2000.0),
+                ended: "killed by signal 11".into(),
+            }],
             sources: vec![SourceReport {
                 name: "Timer".into(),
                 value: 0,
@@ -325,6 +216,19 @@ mod tests {
                     lost: 3,
                     throttled: 0,
                 },
+                commands: vec![CommandReport {
+                    command: "prog".into(),
+                    processes: 1,
+                    samples: 2000,
+                    share: 1.0,
+                }],
+                processes: vec![ProcessSamples {
+                    process: 0,
+                    pid: 42,
+                    counted: 1900,
+                    outside: 100,
+                    share: 1.0,
+                }],
                 modules: vec![ModuleReport {
                     name: "prog".into(),
                     path: "/tmp/prog".into(),
@@ -338,6 +242,7 @@ mod tests {
                     profiled_from_ms: 0.0,
                 }],
                 functions: vec![FunctionReport {
+                    command: "prog".into(),
                     module: "prog".into(),
                     name: "hot".into(),
                     address: 0x1100,
@@ -348,6 +253,7 @@ mod tests {
                     share: 0.6,
                 }],
                 lines: vec![LineReport {
+                    command: "prog".into(),
                     module: "prog".into(),
                     function: "hot".into(),
                     file: "/src/prog.c".into(),
@@ -357,6 +263,8 @@ mod tests {
                     text: Some("    x = x * 31;".into()),
                 }],
                 buckets: vec![],
+                stacks: vec![],
+                locations: vec![],
             }],
         }
     }
@@ -370,8 +278,11 @@ mod tests {
             "killed by signal 11 (status 139)",
             "samples 2003 = counted 1900 + outside 100 + lost 3",
             "interval 10000 x 100 ns (1000 us), 1000 samples/s",
-            "symbolized in 1.5 ms",
+            "symbolized in 1.5 ms; recording used 12.5 ms of CPU",
             "note: a note",
+            "why: a reason",
+            "1 process (Timer samples):",
+            "killed by signal 11 sh → prog  [./prog -x]",
             "(outside every module)",
             "60.0%",
             "##################", // 60 % of 30

@@ -1,0 +1,130 @@
+//! The command line's parsing: options, usage errors, sources and intervals.
+
+use super::*;
+use clap::CommandFactory;
+
+fn p(args: &[&str]) -> Result<Cli, clap::Error> {
+    Cli::try_parse_from(std::iter::once("ntprof").chain(args.iter().copied()))
+}
+
+#[test]
+fn cli_is_consistent() {
+    Cli::command().debug_assert();
+}
+
+#[test]
+fn record_options() {
+    let cli = p(&[
+        "record",
+        "--source",
+        "Timer,page-faults",
+        "-i",
+        "2000",
+        "--bucket",
+        "2",
+        "--cpus",
+        "0-1",
+        "--module",
+        "prog",
+        "--range",
+        "0x1000-0x2000",
+        "--top",
+        "5",
+        "--",
+        "./prog",
+        "-x",
+    ])
+    .unwrap();
+    let Command::Record(r) = cli.command else {
+        panic!("not record")
+    };
+    assert_eq!(
+        r.profile.sources,
+        vec![ProfileSource::Time, ProfileSource::PageFaults]
+    );
+    assert_eq!(
+        (
+            r.profile.interval_for(ProfileSource::Time),
+            r.profile.bucket
+        ),
+        (Some(2000), Some(2))
+    );
+    assert_eq!(r.profile.cpus, Some(CpuList(vec![0, 1])));
+    assert_eq!(
+        r.profile.ranges,
+        vec![AddrRange {
+            start: 0x1000,
+            end: 0x2000
+        }]
+    );
+    assert_eq!(r.output.top, 5);
+    assert_eq!(r.command, vec!["./prog", "-x"]);
+    let cli = p(&["record", "-s", "Timer", "-s", "page-faults", "--", "x"]).unwrap();
+    let Command::Record(r) = cli.command else {
+        panic!("not record")
+    };
+    assert_eq!(r.profile.sources.len(), 2);
+}
+
+#[test]
+fn bad_options_are_usage_errors() {
+    for bad in [
+        &["record", "--bucket", "32", "--", "x"][..],
+        &["record", "--range", "0x2000-0x1000", "--", "x"],
+        &["record", "--range", "zz-0x10", "--", "x"],
+        &["record", "--cpus", "3-1", "--", "x"],
+        &["record", "--source", "nonsense", "--", "x"],
+        &["record", "--jitter", "91", "--", "x"],
+        &["attach", "--pid", "0"],
+        &["attach"],
+        &["bogus"],
+    ] {
+        let err = p(bad).expect_err(&format!("{bad:?} accepted"));
+        assert_eq!(err.exit_code(), 2, "{bad:?}");
+    }
+}
+
+#[test]
+fn sources_by_name_or_value() {
+    assert_eq!(parse_source("Timer"), Some(ProfileSource::Time));
+    assert_eq!(parse_source("ProfileTime"), Some(ProfileSource::Time));
+    assert_eq!(parse_source("task-clock"), Some(ProfileSource::TaskClock));
+    assert_eq!(parse_source("0x13"), Some(ProfileSource::TotalCycles));
+    assert_eq!(parse_source("0x18"), None);
+    assert_eq!(parse_source("nonsense"), None);
+}
+
+fn record(args: &[&str]) -> RecordArgs {
+    let mut all = vec!["record"];
+    all.extend_from_slice(args);
+    match p(&all).unwrap().command {
+        Command::Record(r) => r,
+        _ => panic!("not record"),
+    }
+}
+
+#[test]
+fn intervals_for_every_source_or_one() {
+    let r = record(&[
+        "--source",
+        "Timer,page-faults",
+        "--interval",
+        "2000",
+        "--interval",
+        "page-faults=16",
+        "--",
+        "prog",
+    ]);
+    assert_eq!(r.profile.interval_for(ProfileSource::Time), Some(2000));
+    assert_eq!(r.profile.interval_for(ProfileSource::PageFaults), Some(16));
+    assert_eq!(r.profile.interval_for_unused_source(), None);
+    let r = record(&["--interval", "TotalIssues:5", "--", "prog"]);
+    assert_eq!(r.profile.interval_for(ProfileSource::Time), None);
+    assert_eq!(
+        r.profile.interval_for_unused_source(),
+        Some(ProfileSource::TotalIssues)
+    );
+    assert!(parse_interval_arg("nosuch=5").is_err());
+    assert!(parse_interval_arg("Timer=-1").is_err());
+    assert!(parse_interval_arg("x").is_err());
+}

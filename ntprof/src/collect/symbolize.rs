@@ -1,0 +1,228 @@
+//! Symbolization: each location (module, address in the module) with samples → the function, its inlined
+//! frames, file and line. ELF files through their symbol tables and DWARF, the kernel through kallsyms, JIT code
+//! through the process's perf map file; a location nothing names is `module+0xOFFSET`.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use crate::report::Frame;
+use crate::symbols::{ElfSymbolizer, Kallsyms, Mapping};
+use crate::tree::jit::{self, PerfMap};
+use crate::tree::space::{Module, ModuleKind};
+
+/// `module+0xOFFSET`.
+pub fn module_offset_name(module: &str, offset: u64) -> String {
+    format!("{module}+{offset:#x}")
+}
+
+/// How the report shows one module: its name and path, where its addresses are, and how they are symbolized.
+pub struct Placed {
+    /// Name in the report (`[JIT] pid N` for anonymous memory named by a perf map).
+    pub name: String,
+    /// Path in the report.
+    pub path: String,
+    /// Runtime start, end and file offset of its first mapping.
+    pub first: (u64, u64, u64),
+    /// Runtime address − address in the object's own space, for the first mapping.
+    pub bias: u64,
+    /// The GNU build-id.
+    pub build_id: Option<String>,
+}
+
+/// One symbolized location.
+#[derive(Clone, Debug)]
+pub struct Located {
+    /// Runtime address (in the module's first mapping).
+    pub address: u64,
+    /// The address in the object's own space.
+    pub offset: u64,
+    /// The function.
+    pub function: String,
+    /// Runtime start of the function (the location's address when no symbol holds it).
+    pub function_address: u64,
+    /// Its size, 0 when unknown.
+    pub function_size: u64,
+    /// The function's first line, when known.
+    pub function_line: Option<(String, u32)>,
+    /// Frames, innermost (inlined) first; empty when nothing is known of the address.
+    pub frames: Vec<Frame>,
+}
+
+/// Symbolizers for every module of a run, opened once.
+pub struct Symbolizers<'a> {
+    modules: &'a [Module],
+    elf: HashMap<String, Option<ElfSymbolizer>>,
+    jit: HashMap<u32, Option<PerfMap>>,
+    kallsyms: Option<&'a Kallsyms>,
+    /// Per module: how it is placed.
+    pub placed: Vec<Placed>,
+}
+
+impl<'a> Symbolizers<'a> {
+    /// Open what the modules in `used` need (the ELF files in parallel: loading DWARF is most of the cost).
+    pub fn open(modules: &'a [Module], used: &[bool], kallsyms: Option<&'a Kallsyms>) -> Self {
+        let mut paths: Vec<&str> = modules
+            .iter()
+            .zip(used)
+            .filter(|(m, u)| **u && m.kind == ModuleKind::File)
+            .map(|(m, _)| m.path.as_str())
+            .collect();
+        paths.sort_unstable();
+        paths.dedup();
+        let elf: HashMap<String, Option<ElfSymbolizer>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = paths
+                .iter()
+                .map(|&p| {
+                    scope.spawn(move || (p.to_string(), ElfSymbolizer::open(Path::new(p)).ok()))
+                })
+                .collect();
+            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        let mut jit = HashMap::new();
+        for (m, _) in modules.iter().zip(used).filter(|(_, u)| **u) {
+            if let ModuleKind::Anon { pid } = m.kind {
+                jit.entry(pid).or_insert_with(|| PerfMap::load(pid));
+            }
+        }
+        let mut s = Symbolizers {
+            modules,
+            elf,
+            jit,
+            kallsyms,
+            placed: Vec::new(),
+        };
+        s.placed = modules.iter().map(|m| s.place(m)).collect();
+        s
+    }
+
+    fn place(&self, m: &Module) -> Placed {
+        let (start, end, pgoff) = m.first;
+        let (mut name, mut path) = (m.name.clone(), m.path.clone());
+        let (bias, build_id) = match &m.kind {
+            ModuleKind::File => {
+                let elf = self.elf.get(&m.path).and_then(Option::as_ref);
+                let mapping = Mapping {
+                    start,
+                    end,
+                    perms: "r-xp".into(),
+                    offset: pgoff,
+                    path: m.path.clone(),
+                };
+                let bias = elf
+                    .and_then(|e| e.bias(&mapping))
+                    .unwrap_or(start.wrapping_sub(pgoff));
+                (bias, elf.and_then(|e| e.build_id().map(str::to_string)))
+            }
+            ModuleKind::Special => (start.wrapping_sub(pgoff), None),
+            ModuleKind::Anon { pid } => {
+                if matches!(self.jit.get(pid), Some(Some(_))) {
+                    name = jit::jit_module_name(*pid);
+                    path = jit::map_path(*pid);
+                }
+                (0, None)
+            }
+            ModuleKind::Kernel(_) => (0, None),
+            ModuleKind::Range => (start, None),
+        };
+        Placed {
+            name,
+            path,
+            first: m.first,
+            bias,
+            build_id,
+        }
+    }
+
+    /// The runtime address (in the module's first mapping) of `offset` in module `module`.
+    fn runtime(&self, module: u32, offset: u64) -> u64 {
+        let m = &self.modules[module as usize];
+        match m.kind {
+            ModuleKind::File | ModuleKind::Special => {
+                m.first.0.wrapping_add(offset.wrapping_sub(m.first.2))
+            }
+            ModuleKind::Range => m.first.0.wrapping_add(offset),
+            ModuleKind::Anon { .. } | ModuleKind::Kernel(_) => offset,
+        }
+    }
+
+    /// Symbolize `offset` of module `module`.
+    pub fn locate(&self, module: u32, offset: u64) -> Located {
+        let m = &self.modules[module as usize];
+        let placed = &self.placed[module as usize];
+        let address = self.runtime(module, offset);
+        let object = address.wrapping_sub(placed.bias);
+        let mut located = Located {
+            address,
+            offset: object,
+            function: module_offset_name(&placed.name, object),
+            function_address: address,
+            function_size: 0,
+            function_line: None,
+            frames: Vec::new(),
+        };
+        match &m.kind {
+            ModuleKind::File => {
+                if let Some(Some(elf)) = self.elf.get(&m.path) {
+                    Self::elf_frames(elf, placed.bias, object, &mut located);
+                }
+            }
+            ModuleKind::Kernel(name) => {
+                if let Some(sym) = self.kallsyms.and_then(|k| k.lookup(name, address)) {
+                    located.function = sym.name.clone();
+                    located.function_address = sym.address;
+                    located.frames = vec![frame(&sym.name)];
+                }
+            }
+            ModuleKind::Anon { pid } => {
+                let named = self
+                    .jit
+                    .get(pid)
+                    .and_then(Option::as_ref)
+                    .and_then(|j| j.lookup(address));
+                located.function = match named {
+                    Some((name, start)) => {
+                        located.function_address = start;
+                        located.frames = vec![frame(name)];
+                        name.to_string()
+                    }
+                    None => "[unknown]".to_string(),
+                };
+            }
+            ModuleKind::Special | ModuleKind::Range => {}
+        }
+        located
+    }
+
+    fn elf_frames(elf: &ElfSymbolizer, bias: u64, object: u64, located: &mut Located) {
+        let r = elf.resolve(object);
+        let mut frames = r.frames;
+        if frames.is_empty()
+            && let Some(s) = &r.symbol
+        {
+            frames.push(frame(&s.name));
+        }
+        match (&r.symbol, frames.last()) {
+            (Some(s), _) => {
+                located.function = s.name.clone();
+                located.function_address = s.address.wrapping_add(bias);
+                located.function_size = s.size;
+                located.function_line = elf.location(s.address);
+            }
+            (None, Some(f)) => {
+                located.function = f.function.clone();
+                located.function_line = f.file.clone().zip(f.line);
+            }
+            (None, None) => {}
+        }
+        located.frames = frames;
+    }
+}
+
+fn frame(name: &str) -> Frame {
+    Frame {
+        function: name.to_string(),
+        file: None,
+        line: None,
+        inlined: false,
+    }
+}

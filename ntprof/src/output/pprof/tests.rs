@@ -1,0 +1,166 @@
+//! The pprof encoder's tests, on the synthetic report.
+use std::io::Read;
+
+use super::*;
+use crate::output::fixture;
+
+fn decode(bytes: &[u8]) -> Profile {
+    let mut raw = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .read_to_end(&mut raw)
+        .unwrap();
+    Profile::decode(raw.as_slice()).unwrap()
+}
+
+#[test]
+fn one_sample_per_bucket_plus_outside_with_values_in_both_units() {
+    let report = fixture::report();
+    let p = decode(&render(&report).unwrap());
+    let source = &report.sources[0];
+    assert_eq!(p.string_table[0], "");
+    assert_eq!(p.sample.len(), source.buckets.len() + 1);
+    let total: i64 = p.sample.iter().map(|s| s.value[0]).sum();
+    assert_eq!(total as u64, source.stats.counted + source.stats.outside);
+    for s in &p.sample {
+        assert_eq!(s.value[1], s.value[0] * source.sample_value as i64);
+    }
+    let st = |i: i64| p.string_table[i as usize].as_str();
+    assert_eq!(
+        (st(p.sample_type[0].r#type), st(p.sample_type[0].unit)),
+        ("samples", "count")
+    );
+    assert_eq!(
+        (st(p.sample_type[1].r#type), st(p.sample_type[1].unit)),
+        ("cpu", "nanoseconds")
+    );
+    assert_eq!(p.duration_nanos, 2_000_000_000);
+    assert_eq!(st(p.default_sample_type), "cpu");
+    assert_eq!(p.period, 1_000_000);
+}
+
+#[test]
+fn inlined_frames_innermost_first_in_the_module_mapping() {
+    let report = fixture::report();
+    let p = decode(&render(&report).unwrap());
+    let st = |i: i64| p.string_table[i as usize].clone();
+    let inlined = report.sources[0]
+        .buckets
+        .iter()
+        .find(|b| b.frames.len() == 2)
+        .unwrap();
+    let loc = p
+        .location
+        .iter()
+        .find(|l| l.address == inlined.address)
+        .unwrap();
+    let names: Vec<String> = loc
+        .line
+        .iter()
+        .map(|l| st(p.function[l.function_id as usize - 1].name))
+        .collect();
+    assert_eq!(names, ["mix", "hot_a"]);
+    let mapping = &p.mapping[loc.mapping_id as usize - 1];
+    assert!(mapping.memory_start <= loc.address && loc.address < mapping.memory_limit);
+    assert_eq!(st(mapping.filename), "/opt/demo/bin/demo");
+    assert!(mapping.has_inline_frames && mapping.has_line_numbers);
+}
+
+#[test]
+fn two_sources_have_their_own_columns() {
+    let mut report = fixture::report();
+    let mut faults = report.sources[0].clone();
+    faults.name = "page-faults".into();
+    faults.sample_unit = "events".into();
+    faults.sample_value = 1;
+    report.sources.push(faults);
+    let p = decode(&render(&report).unwrap());
+    assert_eq!(p.sample_type.len(), 4);
+    let n = report.sources[0].buckets.len() + 1;
+    assert!(
+        p.sample[..n]
+            .iter()
+            .all(|s| s.value[2] == 0 && s.value[3] == 0)
+    );
+    assert!(
+        p.sample[n..]
+            .iter()
+            .all(|s| s.value[0] == 0 && s.value[2] == s.value[3])
+    );
+}
+
+#[test]
+fn rfc3339_dates() {
+    assert_eq!(rfc3339_nanos("1970-01-01T00:00:00Z"), Some(0));
+    assert_eq!(
+        rfc3339_nanos("2000-03-01T00:00:01.5Z"),
+        Some(951_868_801_500_000_000)
+    );
+    assert_eq!(
+        rfc3339_nanos("2026-11-23T13:46:41Z"),
+        Some(1_795_441_601_000_000_000)
+    );
+    assert_eq!(rfc3339_nanos("yesterday"), None);
+}
+
+#[test]
+fn samples_carry_pid_and_command_labels_and_the_executable_is_the_first_mapping() {
+    let mut report = fixture::report();
+    // The executable listed second: the encoder still puts it first.
+    report.sources[0].modules.reverse();
+    let p = decode(&render(&report).unwrap());
+    let st = |i: i64| p.string_table[i as usize].clone();
+    assert_eq!(st(p.mapping[0].filename), "/opt/demo/bin/demo");
+    for s in &p.sample {
+        let pid = s.label.iter().find(|l| st(l.key) == "pid").unwrap();
+        assert_eq!(pid.num, 4242);
+        let command = s.label.iter().find(|l| st(l.key) == "command").unwrap();
+        assert_eq!(st(command.str), "demo");
+    }
+}
+
+#[test]
+fn call_stacks_are_one_location_per_frame_leaf_first_with_truncation_marked() {
+    let report = fixture::report_with_stacks();
+    let p = decode(&render(&report).unwrap());
+    let name_of = |loc_id: u64| {
+        let loc = p.location.iter().find(|l| l.id == loc_id).unwrap();
+        loc.line
+            .iter()
+            .map(|l| {
+                let f = p.function.iter().find(|f| f.id == l.function_id).unwrap();
+                p.string_table[f.name as usize].clone()
+            })
+            .collect::<Vec<_>>()
+            .join("+")
+    };
+    let mut stacks: Vec<(Vec<String>, i64)> = p
+        .sample
+        .iter()
+        .map(|s| {
+            (
+                s.location_id.iter().map(|&l| name_of(l)).collect(),
+                s.value[0],
+            )
+        })
+        .collect();
+    stacks.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let expect = |v: &[&str], n: i64| (v.iter().map(|s| s.to_string()).collect::<Vec<_>>(), n);
+    assert_eq!(
+        stacks,
+        [
+            expect(&["mix+hot_a", "run_a", "main"], 400),
+            expect(&["hot_b", "run_b", "main"], 280),
+            expect(&["mix+hot_a", "run_b", "main"], 200),
+            expect(&["[outside profiled modules]"], 100),
+            expect(&["hot_b", TRUNCATED], 20),
+        ]
+    );
+    // The same address is one location whichever stack it is in.
+    let hot_a: Vec<u64> = p
+        .sample
+        .iter()
+        .filter(|s| s.value[0] == 400 || s.value[0] == 200)
+        .map(|s| s.location_id[0])
+        .collect();
+    assert_eq!(hot_a[0], hot_a[1]);
+}

@@ -1,0 +1,312 @@
+//! `ntprof record` / `ntprof attach` / `ntprof record --kernel`: start or find the targets, sample them and every
+//! process they start through the library's sampler, follow the tree and its mappings from the kernel's own
+//! records, and build the report.
+//!
+//! **From the first instruction.** `record` starts CMD under `PTRACE_TRACEME`: the kernel stops it right after
+//! `execve`, before its first instruction. There the sampler is opened on it (following its children unless
+//! `--no-inherit`) and enabled, its current mappings (executable, dynamic loader, vdso) are read from
+//! `/proc/PID/maps`, and ntprof detaches. From then on the kernel reports every mapping (libraries, `dlopen`,
+//! JIT code), fork, exec and exit as it happens: nothing is polled.
+//!
+//! **Signals.** SIGINT and SIGTERM are blocked in ntprof and read from a signalfd: during `record` they are
+//! forwarded to CMD (a Ctrl-C at the terminal reaches CMD directly and is not sent twice), during `attach` and a
+//! command-less `--kernel` they end the run, which is then reported.
+//!
+//! The rooms: [`launch`] starts and stops the command, [`session`] samples and reads, [`crate::tree`] follows
+//! the processes and their mappings, [`crate::collect`] builds the report, [`notes`] explains it.
+
+mod attach;
+mod kernel;
+mod launch;
+mod notes;
+mod session;
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::kill;
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use ntprofile::{NtStatus, sampler_clock_ns};
+
+pub use attach::attach;
+
+use crate::args::CallGraph;
+use crate::args::RecordArgs;
+use crate::collect::{self, Endings};
+use crate::progress::Progress;
+use crate::report::{Report, RunInfo, SCHEMA_VERSION};
+use crate::symbols::Kallsyms;
+use crate::tree::{procs, space};
+use session::{ROUND, Session, Targets};
+
+/// A failure with the exit status ntprof ends with.
+#[derive(Debug)]
+pub struct Failure {
+    /// What went wrong and how to fix it.
+    pub message: String,
+    /// The exit status.
+    pub code: u8,
+}
+
+impl Failure {
+    fn new(code: u8, message: impl Into<String>) -> Failure {
+        Failure {
+            message: message.into(),
+            code,
+        }
+    }
+}
+
+/// Exit status for a failure of the run itself (not of the user's options).
+const EXIT_FAILURE: u8 = 1;
+/// Exit status for a bad command line (clap's too).
+const EXIT_USAGE: u8 = 2;
+/// The shell's status for a command that cannot be found.
+const EXIT_NOT_FOUND: u8 = 127;
+/// The shell's status for a command that cannot be executed.
+const EXIT_NOT_EXECUTABLE: u8 = 126;
+/// How often progress is updated.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// The outcome of a run: the report and ntprof's exit status.
+pub struct Outcome {
+    /// The report.
+    pub report: Report,
+    /// The exit status ntprof should end with (CMD's for `record`).
+    pub exit: u8,
+    /// A message to print after the report (with exit status 2 if set and the run itself succeeded).
+    pub warning: Option<String>,
+}
+
+/// The message for a kernel profile refused for lack of privilege.
+pub fn kernel_privilege_message() -> String {
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unreadable".into());
+    format!(
+        "profiling the kernel needs CAP_PERFMON (or CAP_SYS_ADMIN, or root), or \
+         kernel.perf_event_paranoid <= 1 (it is {paranoid} here).\n  \
+         Fix: run ntprof as root, or 'sudo setcap cap_perfmon+ep ntprof', or \
+         'sudo sysctl kernel.perf_event_paranoid=1'"
+    )
+}
+
+/// A library error, with the fix.
+fn explain(what: &str, err: &ntprofile::Error, pid: Option<u32>) -> Failure {
+    let status = err.status();
+    let base = format!("{what}: {err}");
+    if status == NtStatus::PRIVILEGE_NOT_HELD {
+        return Failure::new(EXIT_FAILURE, kernel_privilege_message());
+    }
+    if status == NtStatus::ACCESS_DENIED {
+        let who = pid.map_or(String::new(), |p| format!(" process {p}"));
+        return Failure::new(
+            EXIT_FAILURE,
+            format!(
+                "{base}\n  not allowed to profile{who}: it belongs to another user (or \
+                 kernel.yama.ptrace_scope forbids it).\n  Fix: run ntprof as the process's owner, or as root / \
+                 with CAP_PERFMON"
+            ),
+        );
+    }
+    if status == NtStatus::INVALID_CID {
+        let p = pid.map_or(String::new(), |p| format!(" {p}"));
+        return Failure::new(
+            EXIT_FAILURE,
+            format!("no such process{p} (is the pid right? 'ps -e' lists them)"),
+        );
+    }
+    if status == NtStatus::NOT_SUPPORTED {
+        return Failure::new(EXIT_USAGE, format!("{base}\n  see 'ntprof sources'"));
+    }
+    if status == NtStatus::INSUFFICIENT_RESOURCES {
+        return Failure::new(
+            EXIT_FAILURE,
+            format!(
+                "{base}\n  out of file descriptors or perf ring memory: raise 'ulimit -n', or \
+                 kernel.perf_event_mlock_kb"
+            ),
+        );
+    }
+    Failure::new(EXIT_FAILURE, base)
+}
+
+/// The report of a finished session.
+fn finish_report(
+    session: &Session,
+    mut run: RunInfo,
+    kallsyms: Option<&Kallsyms>,
+    endings: &Endings,
+) -> Report {
+    let bucket = run.bucket_log2;
+    let (processes, sources, spent) = collect::build(
+        &session.tracker,
+        &session.infos,
+        kallsyms,
+        run.duration_s,
+        bucket,
+        endings,
+    );
+    run.symbolize_ms = spent.as_secs_f64() * 1000.0;
+    let t = &session.tracker;
+    run.call_graph = t.call_graph.map(|g| match g {
+        CallGraph::Fp => "fp".to_string(),
+        CallGraph::Dwarf(size) => format!("dwarf,{size}"),
+    });
+    if let Some(g) = t.call_graph {
+        let walked: u64 = t.sources.iter().map(|s| s.samples).sum();
+        if t.unwinding.truncated > 0 {
+            let how = match g {
+                CallGraph::Fp => {
+                    "the frame-pointer chain left the executable mappings (code built without frame pointers: try --call-graph dwarf) or reached the kernel's frame limit"
+                }
+                CallGraph::Dwarf(_) => {
+                    "the stack copy ran out (a larger --call-graph dwarf,SIZE keeps more), a return address was in no executable mapping, or the module had no unwind information for it"
+                }
+            };
+            run.notes.push(format!(
+                "{} of {walked} call stacks are truncated ([truncated] at their root): {how}",
+                t.unwinding.truncated
+            ));
+        }
+    }
+    Report {
+        schema_version: SCHEMA_VERSION,
+        tool: format!("ntprof {}", env!("CARGO_PKG_VERSION")),
+        run,
+        processes,
+        sources,
+    }
+}
+
+/// The `--module` names no mapping matched, as the warning printed after the report.
+fn unmatched_warning(session: &Session) -> Option<String> {
+    let f = &session.tracker.filter;
+    let missing = f.unmatched();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "unknown module {}: no such module was mapped (modules seen: {})",
+            missing.join(", "),
+            f.seen.iter().cloned().collect::<Vec<_>>().join(", ")
+        )
+    })
+}
+
+/// `ntprof record -- CMD` (and `--kernel`).
+pub fn record(args: &RecordArgs) -> Result<Outcome, Failure> {
+    if args.kernel {
+        return kernel::record_kernel(args);
+    }
+    if args.duration.is_some() {
+        return Err(Failure::new(
+            EXIT_USAGE,
+            "--duration applies to 'record --kernel' and 'attach'; 'record -- CMD' runs until CMD exits",
+        ));
+    }
+    if args.command.is_empty() {
+        return Err(Failure::new(
+            EXIT_USAGE,
+            "no command to record: 'ntprof record [OPTIONS] -- CMD [ARGS...]'",
+        ));
+    }
+    // Signals first: the library may start threads, which must inherit the blocked mask.
+    let (_set, sigfd) = launch::block_signals()?;
+    session::check_sources(&args.profile)?;
+    let started_at = collect::now_rfc3339();
+    let cmd = launch::start(&args.command, true)?;
+    let pid_u = cmd.pid.as_raw() as u32;
+    let mut session = match start_session(pid_u, args) {
+        Ok(s) => s,
+        Err(f) => {
+            cmd.kill();
+            return Err(f);
+        }
+    };
+    let executable = std::fs::read_link(format!("/proc/{pid_u}/exe"))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned());
+    session.tracker.run_start_ns = sampler_clock_ns();
+    let t0 = Instant::now();
+    cmd.resume()?;
+
+    let progress = Progress::new(
+        &format!("record: {}", args.command.join(" ")),
+        args.output.quiet,
+    );
+    let status = run_until_exit(&mut session, &cmd, &sigfd, &progress, t0)?;
+    let duration = t0.elapsed();
+    session.finish()?;
+    progress.finish();
+    let recorder_cpu_s = launch::own_cpu();
+    let cpu = launch::children_cpu();
+
+    let exit = launch::exit_code(status);
+    let mut run = collect::run_info("record", args.command.clone(), Some(pid_u), started_at);
+    run.duration_s = duration.as_secs_f64();
+    run.recorder_cpu_ms = recorder_cpu_s * 1e3;
+    run.exit_status = exit;
+    run.ended_by = "exited".into();
+    run.executable = executable;
+    fill_common(&mut run, args);
+    run.notes = notes::user_notes(&session, args.profile.jitter, 1);
+    run.explanations = notes::explanations(&session, run.duration_s, cpu, true);
+    let endings: Endings = exit
+        .map(|c| vec![(0, launch::ending(c))])
+        .unwrap_or_default();
+    let report = finish_report(&session, run, None, &endings);
+    let warning = unmatched_warning(&session);
+    Ok(Outcome {
+        report,
+        exit: exit.map_or(EXIT_FAILURE, |c| c.clamp(0, 255) as u8),
+        warning,
+    })
+}
+
+/// Read rounds until the command exits; forward the signals sent to ntprof; show progress.
+fn run_until_exit(
+    session: &mut Session,
+    cmd: &launch::Stopped,
+    sigfd: &nix::sys::signalfd::SignalFd,
+    progress: &Progress,
+    t0: Instant,
+) -> Result<WaitStatus, Failure> {
+    let mut last_progress = Instant::now();
+    loop {
+        session.round(ROUND)?;
+        match waitpid(cmd.pid, Some(WaitPidFlag::WNOHANG)) {
+            Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => return Ok(st),
+            Ok(_) => {}
+            Err(e) => return Err(Failure::new(EXIT_FAILURE, format!("waitpid: {e}"))),
+        }
+        while let Some((sig, from_process)) = launch::pending_signal(sigfd) {
+            // The terminal's Ctrl-C reached CMD already (same process group); forward what was sent to us.
+            if from_process {
+                let _ = kill(cmd.pid, sig);
+            }
+        }
+        if last_progress.elapsed() >= PROGRESS_EVERY {
+            progress.update(t0.elapsed(), &session.progress());
+            last_progress = Instant::now();
+        }
+    }
+}
+
+/// The options every mode records the same way.
+fn fill_common(run: &mut RunInfo, args: &RecordArgs) {
+    run.cpus = args.profile.cpus.as_ref().map(|c| c.0.clone());
+    run.bucket_log2 = args.profile.bucket.unwrap_or(0);
+    run.follow_children = !args.profile.no_inherit;
+    run.expected = args.profile.expect.clone();
+}
+
+/// At the stop after `execve`: open and enable the samplers on the command, and take its current mappings.
+fn start_session(pid: u32, args: &RecordArgs) -> Result<Session, Failure> {
+    let mut session = Session::open(Targets::Pids(&[pid]), &args.profile, false, true)?;
+    session.enable()?;
+    let maps = space::read_executable_maps(pid)
+        .map_err(|e| Failure::new(EXIT_FAILURE, format!("cannot read /proc/{pid}/maps: {e}")))?;
+    let comm = procs::comm(pid).unwrap_or_else(|| args.command[0].clone());
+    session
+        .tracker
+        .add_process(pid, std::process::id(), &comm, &maps, 0);
+    Ok(session)
+}

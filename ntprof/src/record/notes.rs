@@ -1,0 +1,122 @@
+//! What the reader needs to read a report right: notes on what the run saw and could not see, and, when a run
+//! has no or few samples, why.
+
+use super::session::Session;
+
+/// Fewer samples than this and the report explains why.
+const FEW: u64 = 50;
+
+/// The notes of a user-space run (`record`, `attach`); `roots`: how many processes the run began with (the
+/// command, or the attached processes).
+pub fn user_notes(session: &Session, jitter: u32, roots: usize) -> Vec<String> {
+    let t = &session.tracker;
+    let mut notes = vec![
+        "user-space profiles: time the program spent in the kernel (system calls, page faults) is not \
+         sampled here; 'ntprof record --kernel' profiles the kernel side"
+            .to_string(),
+        "every mapping (executable, libraries, dlopen, JIT code) was reported by the kernel as it was made: \
+         samples count in a module from the moment it was mapped (the 'from' column)"
+            .to_string(),
+    ];
+    let running = t
+        .processes
+        .list
+        .iter()
+        .skip(roots)
+        .filter(|p| p.exit_ns.is_none())
+        .count();
+    if running > 0 {
+        notes.push(format!(
+            "{running} process(es) started during the run were still running when it ended; they were \
+             profiled until then"
+        ));
+    }
+    if t.late_processes > 0 {
+        notes.push(format!(
+            "{} process(es) appeared without the kernel's record of their creation; their mappings were read \
+             from /proc when their first sample arrived",
+            t.late_processes
+        ));
+    }
+    if jitter > 0 {
+        notes.push(format!(
+            "--jitter {jitter} was not applied: the process-tree sampler keeps a fixed period (jitter applies to \
+             the library's NT profiles only)"
+        ));
+    }
+    if session.infos.len() > 1 {
+        notes.push("each source is sampled and reported on its own".into());
+    }
+    notes
+}
+
+/// Why a run has no or few samples, when it has: each reason the run's figures show.
+/// `cpu`: user and system CPU seconds of what was profiled, when known; `record`: the command was started (not
+/// attached to).
+pub fn explanations(
+    session: &Session,
+    duration_s: f64,
+    cpu: Option<(f64, f64)>,
+    record: bool,
+) -> Vec<String> {
+    let t = &session.tracker;
+    let mut out = Vec::new();
+    for (info, counts) in session.infos.iter().zip(&t.sources) {
+        if counts.samples >= FEW {
+            continue;
+        }
+        let name = info.source.name();
+        let what = if record { "the command" } else { "the process" };
+        out.push(format!("{name}: only {} samples.", counts.samples));
+        let not_followed = t.processes.not_followed.len();
+        if not_followed > 0 {
+            out.push(format!(
+                "{what} started {not_followed} process(es) that were not profiled (--no-inherit); without \
+                 --no-inherit ntprof profiles every process it starts"
+            ));
+        }
+        if info.source.interval_unit() != ntprofile::IntervalUnit::Time100ns {
+            out.push(format!(
+                "{name} counts events ({} per sample): few of them happened",
+                info.interval
+            ));
+            continue;
+        }
+        let interval_s = f64::from(info.interval) * 100e-9;
+        if duration_s < interval_s {
+            out.push(format!(
+                "{what} ran {:.3} ms, less than one sampling interval ({:.3} ms); a shorter interval (-i) \
+                 samples it more often",
+                duration_s * 1e3,
+                interval_s * 1e3
+            ));
+        }
+        if let Some((user, system)) = cpu {
+            let used = user + system;
+            if used < 0.25 * duration_s {
+                out.push(format!(
+                    "{what} used {:.1} ms of CPU time in {:.1} ms: it slept or waited most of the time, and \
+                     samples are taken of CPU time only",
+                    used * 1e3,
+                    duration_s * 1e3
+                ));
+            }
+            if system > user && system >= interval_s {
+                out.push(format!(
+                    "{:.1} ms of its CPU time was in the kernel (system calls, page faults), which a user-space \
+                     profile does not sample; 'ntprof record --kernel' profiles it",
+                    system * 1e3
+                ));
+            }
+            if user < FEW as f64 * interval_s && used >= 0.25 * duration_s && system <= user {
+                out.push(format!(
+                    "{what} used {:.1} ms of user CPU time: about {:.0} samples at this interval; a shorter \
+                     interval (-i) gives more",
+                    user * 1e3,
+                    user / interval_s
+                ));
+            }
+        }
+    }
+    out
+}

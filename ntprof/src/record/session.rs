@@ -1,0 +1,257 @@
+//! A sampling session: one sampler per source on the targets (following their children unless
+//! `--no-inherit`), read in rounds; each round's records are put in time order and applied to the model of the
+//! run ([`Tracker`]).
+
+use std::time::Duration;
+
+use ntprofile::{ProfileSource, Sampler, sampler_clock_ns};
+
+use super::{EXIT_USAGE, Failure, explain};
+use crate::args::{CallGraph, ProfileArgs};
+use crate::collect::SourceInfo;
+use crate::progress::SourceProgress;
+use crate::tree::order::Order;
+use crate::tree::{Filter, Tracker};
+
+/// How long one round waits for data: the latency of noticing the command's exit and of progress.
+pub const ROUND: Duration = Duration::from_millis(100);
+
+/// Who is sampled.
+#[derive(Clone, Copy)]
+pub enum Targets<'a> {
+    /// These processes (and, following, their children).
+    Pids(&'a [u32]),
+    /// Every process (the kernel profile).
+    Global,
+}
+
+/// The samplers of a run and the model they feed.
+pub struct Session {
+    samplers: Vec<Sampler>,
+    /// The sources, in command-line order.
+    pub infos: Vec<SourceInfo>,
+    /// The model of the run.
+    pub tracker: Tracker,
+    order: Order,
+}
+
+/// Check the options that concern sources and processors; returns the distinct sources in order.
+pub fn check_sources(opts: &ProfileArgs) -> Result<Vec<ProfileSource>, Failure> {
+    if let Some(list) = &opts.cpus {
+        let online = ntprofile::affinity::online_cpus();
+        let offline: Vec<String> = list
+            .0
+            .iter()
+            .filter(|c| !online.contains(**c))
+            .map(usize::to_string)
+            .collect();
+        if !offline.is_empty() {
+            let on: Vec<String> = online.iter().map(|c| c.to_string()).collect();
+            return Err(Failure::new(
+                EXIT_USAGE,
+                format!(
+                    "--cpus: processor {} is not online (online: {})",
+                    offline.join(", "),
+                    on.join(",")
+                ),
+            ));
+        }
+    }
+    if let Some(source) = opts.interval_for_unused_source() {
+        let n = source.name();
+        return Err(Failure::new(
+            EXIT_USAGE,
+            format!("--interval {n}=...: {n} is not a source of this run (add --source {n})"),
+        ));
+    }
+    let mut unique: Vec<ProfileSource> = Vec::new();
+    for &s in &opts.sources {
+        if !unique.contains(&s) {
+            unique.push(s);
+        }
+    }
+    for &source in &unique {
+        let support = source.support();
+        if !support.is_supported() {
+            return Err(Failure::new(
+                EXIT_USAGE,
+                format!(
+                    "source {} ({:#x}) cannot be sampled on this machine: {}.\n  \
+                     Fix: pick a source that 'ntprof sources' lists as available here (Timer, task-clock, \
+                     page-faults, ...)",
+                    source.name(),
+                    source.to_raw(),
+                    support.reason()
+                ),
+            ));
+        }
+    }
+    Ok(unique)
+}
+
+impl Session {
+    /// Open (disabled) one sampler per source of `opts` on `targets`. Side-band records (mappings, execs,
+    /// forks, exits) come from the first sampler only: every round reads all samplers and orders their records
+    /// together, so the other sources' samples are resolved with the same model.
+    pub fn open(
+        targets: Targets<'_>,
+        opts: &ProfileArgs,
+        kernel: bool,
+        read_unknown: bool,
+    ) -> Result<Session, Failure> {
+        let sources = check_sources(opts)?;
+        let tracker = tracker_for(opts, sources.len(), read_unknown);
+        let follow = !opts.no_inherit;
+        let mut samplers = Vec::new();
+        let mut infos = Vec::new();
+        let first_pid = match targets {
+            Targets::Pids(p) => p.first().copied(),
+            Targets::Global => None,
+        };
+        for (i, &source) in sources.iter().enumerate() {
+            ntprofile::set_jitter(source, opts.jitter)
+                .map_err(|e| explain("--jitter", &e, None))?;
+            let mut b = Sampler::builder()
+                .source(source)
+                .kernel(kernel)
+                .sideband(i == 0 && !matches!(targets, Targets::Global))
+                .inherit(follow && !matches!(targets, Targets::Global));
+            b = match targets {
+                Targets::Pids(pids) => pids.iter().fold(b, |b, &pid| b.pid(pid)),
+                Targets::Global => b.global(),
+            };
+            if let Some(interval) = opts.interval_for(source) {
+                b = b.interval(interval);
+            }
+            if let Some(list) = &opts.cpus {
+                b = b.cpus(list.0.iter().copied());
+            }
+            b = match opts.call_graph() {
+                None => b,
+                // The kernel's limit (perf_event_max_stack) caps it.
+                Some(CallGraph::Fp) => b.callchain(u16::MAX),
+                // The user stack is unwound here; the kernel's part of a stack only the kernel can walk.
+                Some(CallGraph::Dwarf(bytes)) => {
+                    let b = b.user_stack(bytes);
+                    if kernel { b.callchain(u16::MAX) } else { b }
+                }
+            };
+            let sampler = b
+                .build()
+                .map_err(|e| explain("creating the sampler", &e, first_pid))?;
+            // The sampler keeps a fixed period (the library's jitter drives NT profiles' events only): the
+            // report says 0 and a note says why.
+            infos.push(SourceInfo {
+                source,
+                interval: sampler.interval(),
+                jitter: 0,
+            });
+            samplers.push(sampler);
+        }
+        Ok(Session {
+            samplers,
+            infos,
+            tracker,
+            order: Order::default(),
+        })
+    }
+
+    /// Start sampling.
+    pub fn enable(&self) -> Result<(), Failure> {
+        for s in &self.samplers {
+            s.enable()
+                .map_err(|e| explain("starting the sampler", &e, None))?;
+        }
+        Ok(())
+    }
+
+    /// One round: wait up to `timeout` for data, read every sampler, apply what is old enough.
+    pub fn round(&mut self, timeout: Duration) -> Result<(), Failure> {
+        if let Some(first) = self.samplers.first() {
+            first
+                .wait(timeout)
+                .map_err(|e| explain("waiting for samples", &e, None))?;
+        }
+        let cutoff = sampler_clock_ns();
+        self.read_all()?;
+        let tracker = &mut self.tracker;
+        self.order.drain(cutoff, |time, event, names| {
+            tracker.apply(time, event, names)
+        });
+        Ok(())
+    }
+
+    fn read_all(&mut self) -> Result<(), Failure> {
+        let order = &mut self.order;
+        for (i, s) in self.samplers.iter_mut().enumerate() {
+            s.read(|r| order.push(i as u8, r))
+                .map_err(|e| explain("reading the samples", &e, None))?;
+        }
+        Ok(())
+    }
+
+    /// Stop sampling, read what is left and apply everything.
+    pub fn finish(&mut self) -> Result<(), Failure> {
+        for s in &self.samplers {
+            let _ = s.disable();
+        }
+        self.read_all()?;
+        let tracker = &mut self.tracker;
+        self.order.drain(u64::MAX, |time, event, names| {
+            tracker.apply(time, event, names)
+        });
+        // The library's own account of lost records and throttling, when it saw more than the records said.
+        for (s, counts) in self.samplers.iter().zip(&mut self.tracker.sources) {
+            let st = s.stats();
+            counts.lost = counts.lost.max(st.lost);
+            counts.throttled = counts.throttled.max(st.throttled);
+        }
+        Ok(())
+    }
+
+    /// The counts so far, for the progress line.
+    pub fn progress(&self) -> Vec<SourceProgress> {
+        self.infos
+            .iter()
+            .zip(&self.tracker.sources)
+            .map(|(info, c)| {
+                let outside: u64 = c.outside.values().sum();
+                SourceProgress {
+                    name: info.source.name().to_string(),
+                    counted: c.samples - outside,
+                    outside,
+                    lost: c.lost,
+                }
+            })
+            .collect()
+    }
+}
+
+/// A model for a run of `opts` (`read_unknown`: a process first seen in a sample has its mappings read from
+/// `/proc`).
+fn tracker_for(opts: &ProfileArgs, sources: usize, read_unknown: bool) -> Tracker {
+    let filter = Filter {
+        modules: opts.modules.clone(),
+        ranges_only: !opts.ranges.is_empty(),
+        ..Filter::default()
+    };
+    let mut t = Tracker::new(
+        sources,
+        !opts.no_inherit,
+        read_unknown,
+        opts.bucket.unwrap_or(0),
+        filter,
+    );
+    t.call_graph = opts.call_graph();
+    for r in &opts.ranges {
+        let name = format!("range:{:#x}-{:#x}", r.start, r.end);
+        t.add_fixed(
+            &name,
+            "[range]",
+            crate::tree::space::ModuleKind::Range,
+            r.start,
+            r.end,
+        );
+    }
+    t
+}

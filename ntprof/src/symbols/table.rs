@@ -1,0 +1,181 @@
+//! A symbol table indexed for lookup: entries sorted by address, one per address, found by binary search.
+//!
+//! Several symbols often share an address: `malloc`, `__libc_malloc` and (in a debug file) `__GI___libc_malloc`
+//! are one function. The one a user knows is kept, by the rule perf follows: a sized symbol over an unsized one,
+//! a non-weak over a weak one, a global over a local one, then the name with fewer leading underscores, then the
+//! longer name (then the alphabetically first, so the choice never depends on the order of the file).
+
+use std::cmp::Ordering;
+
+/// A symbol-table entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Symbol {
+    /// Start address (file virtual address for ELF objects, runtime address for the kernel).
+    pub address: u64,
+    /// Size in bytes (0 when the table does not say).
+    pub size: u64,
+    /// Name (as the table has it: ELF names are demangled when looked up, not when indexed).
+    pub name: String,
+}
+
+/// How an ELF symbol is bound, for choosing among aliases at one address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Binding {
+    /// `STB_WEAK` (or kallsyms `w`/`W`).
+    Weak = 0,
+    /// `STB_LOCAL` (or kallsyms `t`).
+    Local = 1,
+    /// `STB_GLOBAL` (or kallsyms `T`).
+    Global = 2,
+}
+
+/// A sorted symbol table with a containment lookup.
+#[derive(Debug, Default)]
+pub struct SymbolTable {
+    symbols: Vec<Symbol>,
+}
+
+fn leading_underscores(name: &str) -> usize {
+    name.bytes().take_while(|&b| b == b'_').count()
+}
+
+/// `Less` when `a` is the better name for their shared address.
+fn better(a: &(Symbol, Binding), b: &(Symbol, Binding)) -> Ordering {
+    let ((sa, ba), (sb, bb)) = (a, b);
+    (sb.size > 0)
+        .cmp(&(sa.size > 0))
+        .then(
+            (*bb == Binding::Weak)
+                .cmp(&(*ba == Binding::Weak))
+                .reverse(),
+        )
+        .then((*bb == Binding::Global).cmp(&(*ba == Binding::Global)))
+        .then(leading_underscores(&sa.name).cmp(&leading_underscores(&sb.name)))
+        .then(sb.name.len().cmp(&sa.name.len()))
+        .then(sa.name.cmp(&sb.name))
+}
+
+impl SymbolTable {
+    /// Build from unsorted entries with their bindings: one entry per address, the best name of its aliases.
+    pub fn ranked(mut symbols: Vec<(Symbol, Binding)>) -> SymbolTable {
+        symbols.sort_unstable_by(|a, b| a.0.address.cmp(&b.0.address).then_with(|| better(a, b)));
+        symbols.dedup_by_key(|(s, _)| s.address);
+        SymbolTable {
+            symbols: symbols.into_iter().map(|(s, _)| s).collect(),
+        }
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.symbols.len()
+    }
+
+    /// The index of the symbol that contains `addr`: the last one starting at or below it, if its size covers
+    /// `addr` (a symbol without a size extends to the next symbol).
+    pub fn lookup_index(&self, addr: u64) -> Option<usize> {
+        let i = self.symbols.partition_point(|s| s.address <= addr);
+        let idx = i.checked_sub(1)?;
+        let sym = &self.symbols[idx];
+        let end = if sym.size > 0 {
+            sym.address.saturating_add(sym.size)
+        } else {
+            self.symbols.get(i).map_or(u64::MAX, |next| next.address)
+        };
+        (addr < end).then_some(idx)
+    }
+
+    /// The symbol that contains `addr` (see [`SymbolTable::lookup_index`]).
+    pub fn lookup(&self, addr: u64) -> Option<&Symbol> {
+        self.lookup_index(addr).map(|i| &self.symbols[i])
+    }
+
+    /// The entry at `index`.
+    pub fn get(&self, index: usize) -> Option<&Symbol> {
+        self.symbols.get(index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sym(address: u64, size: u64, name: &str) -> Symbol {
+        Symbol {
+            address,
+            size,
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn symbol_table_containment() {
+        let t = SymbolTable::ranked(
+            [
+                sym(0x200, 0, "b"),
+                sym(0x100, 0x10, "a"),
+                sym(0x300, 0x20, "c"),
+            ]
+            .into_iter()
+            .map(|s| (s, Binding::Global))
+            .collect(),
+        );
+        assert_eq!(t.lookup(0x100).map(|s| s.name.as_str()), Some("a"));
+        assert_eq!(t.lookup(0x10f).map(|s| s.name.as_str()), Some("a"));
+        assert_eq!(t.lookup(0x110), None, "past a's size");
+        assert_eq!(
+            t.lookup(0x2ff).map(|s| s.name.as_str()),
+            Some("b"),
+            "unsized: up to the next"
+        );
+        assert_eq!(t.lookup(0x320), None);
+        assert_eq!(t.lookup(0xff), None);
+    }
+
+    #[test]
+    fn aliases_give_the_name_a_user_knows() {
+        use Binding::*;
+        // libc's malloc with its debug file: a global name, a global internal one, a local internal one.
+        let names = |entries: Vec<(Symbol, Binding)>| {
+            let mut rev = entries.clone();
+            rev.reverse();
+            let a = SymbolTable::ranked(entries);
+            let b = SymbolTable::ranked(rev);
+            let (a, b) = (
+                a.lookup(0x1004).unwrap().clone(),
+                b.lookup(0x1004).unwrap().clone(),
+            );
+            assert_eq!(a, b, "the choice does not depend on the order of the table");
+            a.name
+        };
+        assert_eq!(
+            names(vec![
+                (sym(0x1000, 791, "__GI___libc_malloc"), Local),
+                (sym(0x1000, 791, "__libc_malloc"), Global),
+                (sym(0x1000, 791, "malloc"), Global),
+            ]),
+            "malloc"
+        );
+        assert_eq!(
+            names(vec![
+                (sym(0x1000, 16, "__GI___strcoll_l"), Local),
+                (sym(0x1000, 16, "strcoll"), Global)
+            ]),
+            "strcoll"
+        );
+        // A weak alias loses to a strong name even if that one is local; a sized entry beats an unsized one.
+        assert_eq!(
+            names(vec![
+                (sym(0x1000, 8, "weak_name"), Weak),
+                (sym(0x1000, 8, "__strong"), Local)
+            ]),
+            "__strong"
+        );
+        assert_eq!(
+            names(vec![
+                (sym(0x1000, 0, "label"), Global),
+                (sym(0x1000, 8, "__func"), Local)
+            ]),
+            "__func"
+        );
+    }
+}

@@ -1,0 +1,227 @@
+//! The call-stack sections of the text report (runs with `-g` or `--call-graph`): for the top functions, who
+//! called them and with which share of their inclusive samples ("called from"), and on request (`--call-tree`)
+//! the call tree from the processes down, with inclusive shares.
+//!
+//! Frames are the stacks' locations with their inlined functions expanded, outermost first. A function's
+//! inclusive samples are those of the stacks it is on (once per stack, however often it recurses); its callers
+//! are the frames just outside its outermost occurrence on each stack, `[root]` when it is the outermost frame of
+//! a complete stack and `[truncated]` when the walk stopped there.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use super::{head, pct};
+use crate::report::{Report, SourceReport, StackReport};
+
+/// Branches of the call tree below this share of the source's samples are not printed.
+const TREE_MIN_SHARE: f64 = 0.005;
+/// How many callers are listed per function.
+const CALLERS_SHOWN: usize = 8;
+
+/// The frames of a stack, outermost first, inlined functions expanded.
+pub fn expanded<'a>(source: &'a SourceReport, stack: &StackReport) -> Vec<&'a str> {
+    let mut out = Vec::new();
+    for &l in stack.frames.iter().rev() {
+        if let Some(loc) = source.locations.get(l as usize) {
+            out.extend(loc.frames.iter().rev().map(|f| f.function.as_str()));
+        }
+    }
+    out
+}
+
+/// Inclusive samples of every function, and per function its callers' samples.
+struct Callers<'a> {
+    inclusive: HashMap<&'a str, u64>,
+    callers: HashMap<&'a str, HashMap<&'a str, u64>>,
+}
+
+fn callers(source: &SourceReport) -> Callers<'_> {
+    let mut c = Callers {
+        inclusive: HashMap::new(),
+        callers: HashMap::new(),
+    };
+    for stack in &source.stacks {
+        let frames = expanded(source, stack);
+        let mut seen: Vec<&str> = Vec::new();
+        for (i, &f) in frames.iter().enumerate() {
+            if seen.contains(&f) {
+                continue; // recursion: the outermost occurrence only
+            }
+            seen.push(f);
+            *c.inclusive.entry(f).or_insert(0) += stack.samples;
+            let caller = match i.checked_sub(1) {
+                Some(j) => frames[j],
+                None if stack.truncated => "[truncated]",
+                None => "[root]",
+            };
+            *c.callers.entry(f).or_default().entry(caller).or_insert(0) += stack.samples;
+        }
+    }
+    c
+}
+
+/// The call-stack sections of every source that has stacks.
+pub fn render(report: &Report, top: usize, call_tree: bool) -> String {
+    let mut out = String::new();
+    for source in report.sources.iter().filter(|s| !s.stacks.is_empty()) {
+        called_from(&mut out, source, top);
+        if call_tree {
+            tree(&mut out, report, source);
+        }
+    }
+    out
+}
+
+fn called_from(out: &mut String, source: &SourceReport, top: usize) {
+    let total = source.stats.counted + source.stats.outside;
+    let c = callers(source);
+    let truncated: u64 = source
+        .stacks
+        .iter()
+        .filter(|s| s.truncated)
+        .map(|s| s.samples)
+        .sum();
+    let _ = writeln!(
+        out,
+        "\nCalled from ({}): the top functions' callers, as shares of the function's inclusive samples",
+        source.name
+    );
+    if truncated > 0 {
+        let _ = writeln!(
+            out,
+            "  ({} of the counted samples have a truncated stack: their outermost callers are unknown)",
+            pct(truncated as f64 / total.max(1) as f64)
+        );
+    }
+    let mut shown: Vec<&str> = Vec::new();
+    for f in source.functions.iter().take(top.min(10)) {
+        if shown.contains(&f.name.as_str()) {
+            continue; // the same function in several commands: its callers are listed once
+        }
+        shown.push(&f.name);
+        let Some(&incl) = c.inclusive.get(f.name.as_str()) else {
+            continue;
+        };
+        let _ = writeln!(
+            out,
+            "  {}  self {}  inclusive {}",
+            head(&f.name, 70),
+            pct(f.share),
+            pct(incl as f64 / total.max(1) as f64)
+        );
+        let mut rows: Vec<(&str, u64)> = c.callers[f.name.as_str()]
+            .iter()
+            .map(|(&k, &v)| (k, v))
+            .collect();
+        rows.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+        for (caller, n) in rows.iter().take(CALLERS_SHOWN) {
+            let _ = writeln!(
+                out,
+                "    {:>6}  {}",
+                pct(*n as f64 / incl.max(1) as f64),
+                head(caller, 76)
+            );
+        }
+        if rows.len() > CALLERS_SHOWN {
+            let rest: u64 = rows[CALLERS_SHOWN..].iter().map(|r| r.1).sum();
+            let _ = writeln!(
+                out,
+                "    {:>6}  ({} other callers)",
+                pct(rest as f64 / incl.max(1) as f64),
+                rows.len() - CALLERS_SHOWN
+            );
+        }
+    }
+}
+
+/// A node of the call tree.
+#[derive(Default)]
+struct Node<'a> {
+    samples: u64,
+    own: u64,
+    children: HashMap<&'a str, Node<'a>>,
+}
+
+fn tree(out: &mut String, report: &Report, source: &SourceReport) {
+    let total = source.stats.counted + source.stats.outside;
+    let mut root = Node::default();
+    for stack in &source.stacks {
+        let mut path: Vec<&str> = Vec::new();
+        path.push(stack.command.as_str());
+        if stack.truncated {
+            path.push("[truncated]");
+        }
+        path.extend(expanded(source, stack));
+        let mut node = &mut root;
+        node.samples += stack.samples;
+        for f in path {
+            node = node.children.entry(f).or_default();
+            node.samples += stack.samples;
+        }
+        node.own += stack.samples;
+    }
+    let _ = writeln!(
+        out,
+        "\nCall tree ({}): inclusive share, self share, function (branches under {} left out)",
+        source.name,
+        pct(TREE_MIN_SHARE)
+    );
+    let _ = report;
+    print_children(out, &root, total.max(1), 1);
+}
+
+fn print_children(out: &mut String, node: &Node<'_>, total: u64, depth: usize) {
+    let mut kids: Vec<(&&str, &Node<'_>)> = node.children.iter().collect();
+    kids.sort_by(|a, b| b.1.samples.cmp(&a.1.samples).then(a.0.cmp(b.0)));
+    for (name, child) in kids {
+        let share = child.samples as f64 / total as f64;
+        if share < TREE_MIN_SHARE {
+            continue;
+        }
+        let _ = writeln!(
+            out,
+            "  {:>6} {:>6}  {}{}",
+            pct(share),
+            pct(child.own as f64 / total as f64),
+            "  ".repeat(depth - 1),
+            head(name, 90)
+        );
+        print_children(out, child, total, depth + 1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::output::fixture;
+
+    #[test]
+    fn callers_share_the_inclusive_samples_and_the_tree_nests() {
+        let report = fixture::report_with_stacks();
+        let text = render(&report, 10, true);
+        // hot_a: 600 inclusive, 400 from run_a and 200 from run_b.
+        let at = text
+            .find("  hot_a  self 60.0%  inclusive 60.0%")
+            .expect(&text);
+        let rest = &text[at..];
+        let a = rest.find("66.7%  run_a").expect(&text);
+        let b = rest.find("33.3%  run_b").expect(&text);
+        assert!(a < b, "{text}");
+        // hot_b: 280 from run_b, 20 from a truncated stack.
+        assert!(
+            text.contains("93.3%  run_b") && text.contains("6.7%  [truncated]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("(2.0% of the counted samples have a truncated stack"),
+            "{text}"
+        );
+        // The tree: demo > main > run_b (48 %) > hot_b (28 %).
+        let tree = &text[text.find("Call tree").expect(&text)..];
+        assert!(tree.contains(" 90.0%   0.0%  demo\n"), "{tree}");
+        assert!(tree.contains(" 88.0%   0.0%    main\n"), "{tree}");
+        assert!(tree.contains(" 48.0%   0.0%      run_b\n"), "{tree}");
+        assert!(tree.contains(" 28.0%  28.0%        hot_b\n"), "{tree}");
+        assert!(!render(&fixture::report(), 10, true).contains("Called from"));
+    }
+}

@@ -1,0 +1,126 @@
+//! Code without a file: perf map files, the names JIT compilers write for the code they generate.
+//!
+//! `node --perf-basic-prof`, `python3.12 -X perf` and JVM agents write `/tmp/perf-PID.map`, one line per piece of
+//! code: `START SIZE NAME`, START and SIZE in hexadecimal (with or without `0x`). A JIT may reuse memory, so a later
+//! line wins where it overlaps an earlier one. The file is read when the report is built (the process keeps it).
+
+use std::collections::BTreeMap;
+
+/// The name given to anonymous executable memory without a perf map entry.
+pub const ANON_MODULE: &str = "[anon]";
+
+/// The perf map file of `pid`.
+pub fn map_path(pid: u32) -> String {
+    format!("/tmp/perf-{pid}.map")
+}
+
+/// The module name of a process's JIT code named from its perf map file.
+pub fn jit_module_name(pid: u32) -> String {
+    format!("[JIT] pid {pid}")
+}
+
+/// A perf map: code ranges and their names.
+#[derive(Debug, Default)]
+pub struct PerfMap {
+    /// start → (end, index into `names`).
+    ranges: BTreeMap<u64, (u64, usize)>,
+    names: Vec<String>,
+}
+
+impl PerfMap {
+    /// Read the perf map of `pid`; `None` when it has none.
+    pub fn load(pid: u32) -> Option<PerfMap> {
+        let text = std::fs::read(map_path(pid)).ok()?;
+        Some(PerfMap::parse(&String::from_utf8_lossy(&text)))
+    }
+
+    /// Parse a perf map's text; malformed lines are skipped.
+    pub fn parse(text: &str) -> PerfMap {
+        let mut map = PerfMap::default();
+        let hex = |s: &str| {
+            let s = s.trim();
+            u64::from_str_radix(s.strip_prefix("0x").unwrap_or(s), 16).ok()
+        };
+        for line in text.lines() {
+            let mut parts = line.trim_start().splitn(3, ' ');
+            let (Some(start), Some(size), Some(name)) = (
+                parts.next().and_then(hex),
+                parts.next().and_then(hex),
+                parts.next(),
+            ) else {
+                continue;
+            };
+            if size == 0 {
+                continue;
+            }
+            let name = name.trim();
+            map.insert(start, start.saturating_add(size), name);
+        }
+        map
+    }
+
+    /// Add `[start, end)` named `name`, over whatever it overlaps.
+    fn insert(&mut self, start: u64, end: u64, name: &str) {
+        let index = self.names.len();
+        self.names.push(name.to_string());
+        if let Some((&s, &(e, n))) = self.ranges.range(..start).next_back()
+            && e > start
+        {
+            self.ranges.insert(s, (start, n));
+            if e > end {
+                self.ranges.insert(end, (e, n));
+            }
+        }
+        let inside: Vec<u64> = self.ranges.range(start..end).map(|(&s, _)| s).collect();
+        for s in inside {
+            if let Some((e, n)) = self.ranges.remove(&s)
+                && e > end
+            {
+                self.ranges.insert(end, (e, n));
+            }
+        }
+        self.ranges.insert(start, (end, index));
+    }
+
+    /// The name of the code at `addr` and the start of its range.
+    pub fn lookup(&self, addr: u64) -> Option<(&str, u64)> {
+        let (&start, &(end, n)) = self.ranges.range(..=addr).next_back()?;
+        (addr < end).then(|| (self.names[n].as_str(), start))
+    }
+
+    /// Number of named ranges.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_are_parsed_and_later_ones_win() {
+        let m = PerfMap::parse(
+            "3a2b1c00 40 LazyCompile:*hot /app.js:3:13\n\
+             0x3a2b1c40 20 Builtin:Add\n\
+             garbage line\n\
+             3a2b1c10 8 LazyCompile:*hot2 /app.js:9:1\n",
+        );
+        assert_eq!(
+            m.lookup(0x3a2b1c00),
+            Some(("LazyCompile:*hot /app.js:3:13", 0x3a2b1c00))
+        );
+        assert_eq!(
+            m.lookup(0x3a2b1c12),
+            Some(("LazyCompile:*hot2 /app.js:9:1", 0x3a2b1c10))
+        );
+        assert_eq!(
+            m.lookup(0x3a2b1c18).map(|(n, _)| n),
+            Some("LazyCompile:*hot /app.js:3:13")
+        );
+        assert_eq!(m.lookup(0x3a2b1c45).map(|(n, _)| n), Some("Builtin:Add"));
+        assert_eq!(m.lookup(0x3a2b1c60), None);
+        assert_eq!(m.len(), 4);
+    }
+}
