@@ -331,13 +331,11 @@ fn main() {
     let path = root.join("BENCHMARKS.md");
     let text = std::fs::read_to_string(&path).unwrap_or_default();
     let (begin, end) = ("<!-- stacks:begin -->", "<!-- stacks:end -->");
-    let section = format!("{begin}\n{out}{end}");
+    let section =
+        format!("{begin}\n## ntprof: call stacks and symbolization against perf\n\n{out}{end}");
     let new = match (text.find(begin), text.find(end)) {
         (Some(a), Some(b)) if a < b => format!("{}{section}{}", &text[..a], &text[b + end.len()..]),
-        _ => format!(
-            "{}\n\n## ntprof: call stacks and symbolization against perf\n\n{section}\n",
-            text.trim_end()
-        ),
+        _ => format!("{}\n\n{section}\n", text.trim_end()),
     };
     std::fs::write(&path, new).unwrap();
     eprintln!("wrote {}", path.display());

@@ -166,5 +166,13 @@ fn rewriting_benchmarks_md_keeps_the_recorders_section() {
          <!-- recorder:end -->\n"
     );
     // Regenerating again keeps it again, once.
-    assert_eq!(harness::keep_recorder_section(&kept, new), kept);
+    assert_eq!(harness::keep_recorder_section(&kept, new.clone()), kept);
+    // The call stacks' section is kept too, after the recorder's.
+    let old = "x\n<!-- stacks:begin -->\n## stacks\n<!-- stacks:end -->\n<!-- recorder:begin -->\nr\n\
+               <!-- recorder:end -->\n";
+    assert_eq!(
+        harness::keep_recorder_section(old, new),
+        "# Benchmarks\n\nregenerated\n\n<!-- recorder:begin -->\nr\n<!-- recorder:end -->\n\n\
+         <!-- stacks:begin -->\n## stacks\n<!-- stacks:end -->\n"
+    );
 }

@@ -237,27 +237,35 @@ const LIMITS: &str = "
 pub const RECORDER_BEGIN: &str = "<!-- recorder:begin -->";
 /// The line that closes it.
 pub const RECORDER_END: &str = "<!-- recorder:end -->";
+/// The sections other benchmarks write into `BENCHMARKS.md`, each between its two marker lines: the recorder's
+/// (`cargo bench --bench recorder`) and the call stacks' (`cargo bench --bench stacks`).
+pub const KEPT_SECTIONS: &[(&str, &str)] = &[
+    (RECORDER_BEGIN, RECORDER_END),
+    ("<!-- stacks:begin -->", "<!-- stacks:end -->"),
+];
 
-/// `new`, the regenerated `BENCHMARKS.md`, with the recorder's section of `old` (the file it replaces) kept: the
-/// lines from [`RECORDER_BEGIN`] to [`RECORDER_END`], both included, appended after a blank line. This suite
-/// does not measure that section and must not erase it. Without both markers, in order, `new` is returned as
-/// it is.
+/// `new`, the regenerated `BENCHMARKS.md`, with the other benchmarks' sections of `old` (the file it replaces)
+/// kept: for each pair of [`KEPT_SECTIONS`], the lines from its begin marker to its end marker, both included,
+/// appended after a blank line, in that order. This suite does not measure those sections and must not erase
+/// them. A section without both markers, in order, is not in `old`, and nothing is appended for it.
 pub fn keep_recorder_section(old: &str, new: String) -> String {
     let lines: Vec<&str> = old.lines().collect();
-    let Some(begin) = lines.iter().position(|l| l.trim() == RECORDER_BEGIN) else {
-        return new;
-    };
-    let Some(end) = lines[begin..].iter().position(|l| l.trim() == RECORDER_END) else {
-        return new;
-    };
     let mut out = new;
-    if !out.ends_with('\n') {
+    for (open, close) in KEPT_SECTIONS {
+        let Some(begin) = lines.iter().position(|l| l.trim() == *open) else {
+            continue;
+        };
+        let Some(end) = lines[begin..].iter().position(|l| l.trim() == *close) else {
+            continue;
+        };
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
         out.push('\n');
-    }
-    out.push('\n');
-    for line in &lines[begin..=begin + end] {
-        out.push_str(line);
-        out.push('\n');
+        for line in &lines[begin..=begin + end] {
+            out.push_str(line);
+            out.push('\n');
+        }
     }
     out
 }
