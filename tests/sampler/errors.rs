@@ -132,8 +132,10 @@ fn every_sample_is_delivered_or_reported_lost() {
     assert_eq!(stats.lost, lost);
     assert_eq!(stats.records, records);
     assert!(samples > 0 && lost > 0, "{stats:?}");
-    // About 3000 samples were taken (300 ms at 100 µs): each is delivered or counted lost.
-    assert!(samples + lost >= 1000, "{stats:?}");
+    // About 3000 samples are due (300 ms of CPU at 100 µs), each delivered or counted lost. On a loaded machine
+    // the kernel throttles the event or lowers its sample rate (perf_cpu_time_max_percent): a busy run saw 301.
+    // The floor only says that the loss was counted in bulk, not record by record.
+    assert!(samples + lost >= 150, "{stats:?}");
 }
 
 /// Building, enabling, reading and dropping samplers leaves no descriptor, thread or mapping behind.
