@@ -14,13 +14,13 @@
 //! by `NTPROF_PPROF`). Outside CI a missing tool skips that part with a printed reason; with `CI=true` it fails.
 //! Every run is bounded by the CPU time the program is told to use and by a wall-clock timeout.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::OnceLock;
+use std::time::Duration;
 
 mod common;
-use std::time::{Duration, Instant};
+use common::{on_path, pprof, run_bounded, tool};
 
 use serde_json::Value;
 
@@ -33,48 +33,6 @@ const HOT_B: f64 = 30.0;
 /// 70/30 share is ≤ 2.05 points, so this is more than 3 σ; the split is of CPU time, which the timer samples, so it
 /// holds on a loaded machine.
 const TOLERANCE: f64 = 7.0;
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
-
-/// A tool the test needs: its path, or `None` (skip, with the reason printed) outside CI; a failure in CI.
-fn tool(name: &str, path: Option<PathBuf>, how: &str) -> Option<PathBuf> {
-    match path {
-        Some(p) => Some(p),
-        None if in_ci() => panic!("{name} is missing: {how} (.ci/run installs it)"),
-        None => {
-            eprintln!("SKIPPED: {name} is not installed ({how}); with CI=true this is a failure");
-            None
-        }
-    }
-}
-
-/// Google's pprof: `NTPROF_PPROF`, `target/tools/pprof` (where .ci/run builds it), or `pprof` on the PATH.
-fn pprof() -> Option<PathBuf> {
-    let from_env = std::env::var_os("NTPROF_PPROF")
-        .map(PathBuf::from)
-        .filter(|p| p.is_file());
-    let built = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .map(|t| t.join("tools/pprof"))
-        .filter(|p| p.is_file());
-    let found = from_env.or(built).or_else(|| on_path("pprof"));
-    tool(
-        "pprof",
-        found,
-        "apt-get install golang-go golang-github-google-pprof-dev; \
-         GOPATH=/usr/share/gocode GO111MODULE=off go build -o target/tools/pprof github.com/google/pprof",
-    )
-}
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-}
 
 /// The test program, built once per test binary.
 fn split() -> &'static Path {
@@ -105,39 +63,6 @@ fn split() -> &'static Path {
         ]);
         dir.join("split")
     })
-}
-
-/// Run `cmd` to its end, killing it after `limit`.
-fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn");
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let reader = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        out.read_to_end(&mut v).map(|_| v)
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        err.read_to_end(&mut v).map(|_| v)
-    });
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if t0.elapsed() > limit {
-            let _ = child.kill();
-            panic!("{cmd:?} did not end within {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        status,
-        stdout: reader.join().unwrap().unwrap(),
-        stderr: err_reader.join().unwrap().unwrap(),
-    }
 }
 
 const LIMIT: Duration = Duration::from_secs(60);

@@ -154,26 +154,7 @@ fn ntprof_as(args: &[&str], limit: Duration, unprivileged: bool) -> Output {
     } else {
         Command::new(NTPROF)
     };
-    let child = cmd
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn ntprof");
-    let pid = child.id();
-    // Read the pipes while waiting (a large report fills a pipe), on a thread, against a deadline.
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(out) => out.expect("wait for ntprof"),
-        Err(_) => {
-            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
-            panic!("ntprof {args:?} ran longer than {limit:?}");
-        }
-    }
+    common::run_bounded(cmd.args(args), limit)
 }
 
 fn ntprof(args: &[&str]) -> Output {

@@ -14,13 +14,13 @@
 //! pprof and rsvg-convert are found as the format tests find them (`.ci/run` installs them); outside CI a missing
 //! tool skips that part with a printed reason.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
+use common::{on_path, pprof, run_bounded, tool};
 
 use serde_json::Value;
 
@@ -28,76 +28,6 @@ const NTPROF: &str = env!("CARGO_BIN_EXE_ntprof");
 const LIMIT: Duration = Duration::from_secs(120);
 /// CPU seconds each test program runs.
 const SECONDS: &str = "1.5";
-
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.is_file())
-}
-
-fn tool(name: &str, path: Option<PathBuf>, how: &str) -> Option<PathBuf> {
-    match path {
-        Some(p) => Some(p),
-        None if in_ci() => panic!("{name} is missing: {how} (.ci/run installs it)"),
-        None => {
-            eprintln!("SKIPPED: {name} is not installed ({how}); with CI=true this is a failure");
-            None
-        }
-    }
-}
-
-fn pprof() -> Option<PathBuf> {
-    let from_env = std::env::var_os("NTPROF_PPROF")
-        .map(PathBuf::from)
-        .filter(|p| p.is_file());
-    let built = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .parent()
-        .map(|t| t.join("tools/pprof"))
-        .filter(|p| p.is_file());
-    tool(
-        "pprof",
-        from_env.or(built).or_else(|| on_path("pprof")),
-        "GOPATH=/usr/share/gocode GO111MODULE=off go build -o target/tools/pprof github.com/google/pprof",
-    )
-}
-
-fn run_bounded(mut cmd: Command) -> Output {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("spawn");
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let reader = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        out.read_to_end(&mut v).map(|_| v)
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut v = Vec::new();
-        err.read_to_end(&mut v).map(|_| v)
-    });
-    let t0 = Instant::now();
-    let status = loop {
-        if let Some(st) = child.try_wait().unwrap() {
-            break st;
-        }
-        if t0.elapsed() > LIMIT {
-            let _ = child.kill();
-            panic!("{cmd:?} did not end within {LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Output {
-        status,
-        stdout: reader.join().unwrap().unwrap(),
-        stderr: err_reader.join().unwrap().unwrap(),
-    }
-}
 
 fn dir() -> &'static Path {
     static D: OnceLock<PathBuf> = OnceLock::new();
@@ -171,18 +101,19 @@ fn record(tag: &str, options: &[&str], program: &Path, args: &[&str]) -> Recorde
         .arg("--")
         .arg(program)
         .args(args);
-    let out = run_bounded(cmd);
+    let out = run_bounded(cmd, LIMIT);
     assert!(
         out.status.success(),
         "ntprof: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     // The text report of the same run, with the call tree.
-    let text = run_bounded({
-        let mut c = Command::new(NTPROF);
-        c.args(["report", "--call-tree"]).arg(&json);
-        c
-    });
+    let text = run_bounded(
+        Command::new(NTPROF)
+            .args(["report", "--call-tree"])
+            .arg(&json),
+        LIMIT,
+    );
     assert!(
         text.status.success(),
         "{}",
@@ -199,12 +130,12 @@ fn record(tag: &str, options: &[&str], program: &Path, args: &[&str]) -> Recorde
 
 /// `pprof -top -cum` rows: (cum samples, name), with the sample count as the value.
 fn pprof_cum(pprof: &Path, profile: &Path) -> Option<Vec<(f64, String)>> {
-    let out = run_bounded({
-        let mut c = Command::new(pprof);
-        c.args(["-top", "-cum", "-nodecount=200", "-sample_index=samples"])
-            .arg(profile);
-        c
-    });
+    let out = run_bounded(
+        Command::new(pprof)
+            .args(["-top", "-cum", "-nodecount=200", "-sample_index=samples"])
+            .arg(profile),
+        LIMIT,
+    );
     assert!(
         out.status.success(),
         "pprof: {}",
@@ -423,11 +354,7 @@ fn the_flame_graph_has_two_towers_over_leaf_and_the_comparator_under_its_caller(
         "apt-get install librsvg2-bin",
     ) {
         let png = r.svg.with_extension("png");
-        let out = run_bounded({
-            let mut c = Command::new(rsvg);
-            c.arg("-o").arg(&png).arg(&r.svg);
-            c
-        });
+        let out = run_bounded(Command::new(rsvg).arg("-o").arg(&png).arg(&r.svg), LIMIT);
         assert!(
             out.status.success(),
             "rsvg-convert: {}",

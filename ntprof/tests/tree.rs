@@ -54,32 +54,17 @@ fn path(name: &str) -> String {
     dir().join(name).to_str().unwrap().to_string()
 }
 
-/// Run `cmd`, at most `limit`.
-fn run(mut cmd: Command, limit: Duration) -> Output {
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(out) => out.expect("wait"),
-        Err(_) => {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("{cmd:?} ran longer than {limit:?}");
-        }
-    }
-}
-
 fn ntprof(args: &[&str]) -> Output {
     let mut c = Command::new(NTPROF);
     c.args(args);
-    run(c, Duration::from_secs(120))
+    common::run_bounded(c, Duration::from_secs(120))
+}
+
+/// `ntprof record -q -i 5000 --format json ARGS`: a quiet run sampled every 0.5 ms, its JSON report on stdout.
+fn record_json(args: &[&str]) -> Output {
+    let mut all = vec!["record", "-q", "-i", "5000", "--format", "json"];
+    all.extend_from_slice(args);
+    ntprof(&all)
 }
 
 /// The JSON report on stdout of a run that exited with 0.
@@ -153,13 +138,7 @@ fn a_designed_process_tree_has_every_share_and_every_process() {
         path("second")
     );
     let json_file = dir().join("tree.json");
-    let out = ntprof(&[
-        "record",
-        "-q",
-        "-i",
-        "5000",
-        "--format",
-        "json",
+    let out = record_json(&[
         "--json",
         json_file.to_str().unwrap(),
         "--",
@@ -237,18 +216,7 @@ fn a_designed_process_tree_has_every_share_and_every_process() {
 
 #[test]
 fn dlopen_and_exec_images_count_from_their_mapping_with_nothing_outside() {
-    let out = ntprof(&[
-        "record",
-        "-q",
-        "-i",
-        "5000",
-        "--format",
-        "json",
-        "--",
-        &path("plugin_user"),
-        "0.5",
-        &path("plugin.so"),
-    ]);
+    let out = record_json(&["--", &path("plugin_user"), "0.5", &path("plugin.so")]);
     let r = json(&out);
     let s = timer(&r);
     assert_eq!(

@@ -35,33 +35,15 @@ fn require(tool: &str, args: &[&str]) {
     );
 }
 
+/// Run `cmd`, at most `limit`; it must succeed.
 fn run(cmd: &mut Command, limit: Duration) -> Output {
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(limit) {
-        Ok(out) => {
-            let out = out.expect("wait");
-            assert!(
-                out.status.success(),
-                "{cmd:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            out
-        }
-        Err(_) => {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("{cmd:?} ran longer than {limit:?}");
-        }
-    }
+    let out = common::run_bounded(&mut *cmd, limit);
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 /// `perf record` of `argv` at the shared interval, in user space: the data file.

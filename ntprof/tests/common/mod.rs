@@ -1,8 +1,12 @@
 //! Helpers shared by ntprof's end-to-end tests (each test file is a crate of its own and says `mod common;`):
-//! building the C test programs with gcc into a per-run directory.
+//! building the C test programs with gcc into a per-run directory, running a command against a deadline, and
+//! finding the external tools (pprof, rsvg-convert...) some tests read their outputs with.
 
+use std::borrow::BorrowMut;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// A fresh directory `ntprof-<tag>-<pid>` under cargo's temporary directory for integration tests, for the C
 /// programs one test binary builds.
@@ -26,4 +30,90 @@ pub fn gcc(args: &[&str], cwd: &Path) {
         "gcc {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Run `cmd` to its end with stdin closed and stdout and stderr captured (read while it runs, so a large output
+/// cannot fill a pipe and stall it); kill it and panic when it runs longer than `limit`.
+#[allow(dead_code)] // Not every test file runs commands through it.
+pub fn run_bounded(mut cmd: impl BorrowMut<Command>, limit: Duration) -> Output {
+    let cmd = cmd.borrow_mut();
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        out.read_to_end(&mut v).map(|_| v)
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        err.read_to_end(&mut v).map(|_| v)
+    });
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not end within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: reader.join().unwrap().unwrap(),
+        stderr: err_reader.join().unwrap().unwrap(),
+    }
+}
+
+/// Whether this is a CI run (`CI=true` or `CI=1`), where a missing tool is a failure rather than a skip.
+#[allow(dead_code)] // Only the tests that use external tools ask.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
+}
+
+/// The first file `name` in a directory of the PATH.
+#[allow(dead_code)] // Only the tests that use external tools look.
+pub fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+}
+
+/// A tool the test needs: its path, or `None` (skip, with the reason and `how` to install it printed) outside CI;
+/// a failure in CI.
+#[allow(dead_code)] // Only the tests that use external tools ask.
+pub fn tool(name: &str, path: Option<PathBuf>, how: &str) -> Option<PathBuf> {
+    match path {
+        Some(p) => Some(p),
+        None if in_ci() => panic!("{name} is missing: {how} (.ci/run installs it)"),
+        None => {
+            eprintln!("SKIPPED: {name} is not installed ({how}); with CI=true this is a failure");
+            None
+        }
+    }
+}
+
+/// Google's pprof: `NTPROF_PPROF`, `target/tools/pprof` (where .ci/run builds it), or `pprof` on the PATH.
+#[allow(dead_code)] // Only the tests that read pprof profiles ask.
+pub fn pprof() -> Option<PathBuf> {
+    let from_env = std::env::var_os("NTPROF_PPROF")
+        .map(PathBuf::from)
+        .filter(|p| p.is_file());
+    let built = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .map(|t| t.join("tools/pprof"))
+        .filter(|p| p.is_file());
+    let found = from_env.or(built).or_else(|| on_path("pprof"));
+    tool(
+        "pprof",
+        found,
+        "apt-get install golang-go golang-github-google-pprof-dev; \
+         GOPATH=/usr/share/gocode GO111MODULE=off go build -o target/tools/pprof github.com/google/pprof",
+    )
 }
