@@ -588,11 +588,18 @@ fn run_program(exe: &Path) -> (bool, String) {
     }
 }
 
-#[test]
-fn conformance_c() {
-    let scratch = Scratch::new("conformance");
-    let exe = build_program(&scratch, "conformance");
-    let (ok, out) = run_program(&exe);
+/// Build `ffi/NAME.c` against the library in a scratch directory of its own and run it: whether it exited with
+/// 0, and its output.
+fn build_and_run(name: &str) -> (bool, String) {
+    let scratch = Scratch::new(name);
+    let exe = build_program(&scratch, name);
+    run_program(&exe)
+}
+
+/// Build and run `ffi/NAME.c`, a program of counted checks: it must exit with 0 and end with `N passed, 0 failed`;
+/// the failure names the lines of the checks that failed.
+fn run_checks(name: &str) {
+    let (ok, out) = build_and_run(name);
     let summary = out
         .lines()
         .rev()
@@ -601,44 +608,32 @@ fn conformance_c() {
     let failures: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL")).collect();
     assert!(
         ok && summary.ends_with(" passed, 0 failed"),
-        "ffi/conformance.c failed: `{summary}`\n{}",
+        "ffi/{name}.c failed: `{summary}`\n{}",
         failures.join("\n")
     );
+}
+
+#[test]
+fn conformance_c() {
+    run_checks("conformance");
 }
 
 /// The sampler extension from C (`ffi/sampler.c`): a forked child and its own child sampled to their exit,
 /// and the statuses of bad input and of handles of the wrong kind.
 #[test]
 fn sampler_c() {
-    let scratch = Scratch::new("sampler");
-    let exe = build_program(&scratch, "sampler");
-    let (ok, out) = run_program(&exe);
-    let summary = out
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("");
-    let failures: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL")).collect();
-    assert!(
-        ok && summary.ends_with(" passed, 0 failed"),
-        "ffi/sampler.c failed: `{summary}`\n{}",
-        failures.join("\n")
-    );
+    run_checks("sampler");
 }
 
 #[test]
 fn example_hot_c() {
-    let scratch = Scratch::new("example_hot");
-    let exe = build_program(&scratch, "example_hot");
-    let (ok, out) = run_program(&exe);
+    let (ok, out) = build_and_run("example_hot");
     assert!(ok, "ffi/example_hot.c failed:\n{out}");
 }
 
 #[test]
 fn status_message_c() {
-    let scratch = Scratch::new("status_message");
-    let exe = build_program(&scratch, "status_message");
-    let (ok, out) = run_program(&exe);
+    let (ok, out) = build_and_run("status_message");
     assert!(ok, "ffi/status_message.c failed:\n{out}");
     let mut compared = 0;
     for line in out.lines().filter(|l| l.starts_with("0x")) {
@@ -660,9 +655,7 @@ fn status_message_c() {
 
 #[test]
 fn two_functions_c() {
-    let scratch = Scratch::new("two_functions");
-    let exe = build_program(&scratch, "two_functions");
-    let (ok, out) = run_program(&exe);
+    let (ok, out) = build_and_run("two_functions");
     assert!(ok, "ffi/two_functions.c failed:\n{out}");
 }
 
@@ -671,9 +664,7 @@ fn two_functions_c() {
 /// the library's in libm.
 #[test]
 fn find_function_c() {
-    let scratch = Scratch::new("find_function");
-    let exe = build_program(&scratch, "find_function");
-    let (ok, out) = run_program(&exe);
+    let (ok, out) = build_and_run("find_function");
     assert!(ok, "ffi/find_function.c failed:\n{out}");
     // The figures themselves, checked here too (not only by the program's own exit status).
     common::check_find_function_figures(&out);
@@ -682,9 +673,7 @@ fn find_function_c() {
 /// `ffi/readme.c`, the README's C example, builds without a warning and counts samples in the function it found.
 #[test]
 fn readme_c() {
-    let scratch = Scratch::new("readme");
-    let exe = build_program(&scratch, "readme");
-    let (ok, out) = run_program(&exe);
+    let (ok, out) = build_and_run("readme");
     assert!(ok, "ffi/readme.c failed:\n{out}");
 }
 
@@ -694,18 +683,5 @@ fn readme_c() {
 /// this process keeps counting meanwhile.
 #[test]
 fn exited_process_c() {
-    let scratch = Scratch::new("exited");
-    let exe = build_program(&scratch, "exited");
-    let (ok, out) = run_program(&exe);
-    let summary = out
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .unwrap_or("");
-    let failures: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL")).collect();
-    assert!(
-        ok && summary.ends_with(" passed, 0 failed"),
-        "ffi/exited.c failed: `{summary}`\n{}",
-        failures.join("\n")
-    );
+    run_checks("exited");
 }
