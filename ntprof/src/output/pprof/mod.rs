@@ -289,6 +289,34 @@ impl Columns {
     }
 }
 
+/// The first line of each function of `source`, by (module, function): for Function.start_line.
+fn start_lines(source: &SourceReport) -> HashMap<(&str, &str), u32> {
+    source
+        .functions
+        .iter()
+        .filter_map(|f| Some(((f.module.as_str(), f.name.as_str()), f.line?)))
+        .collect()
+}
+
+/// The Lines of an address in `module` whose symbolized `frames` are given (innermost first, as pprof wants).
+fn frame_lines(
+    b: &mut Builder,
+    start_lines: &HashMap<(&str, &str), u32>,
+    module: &str,
+    frames: &[Frame],
+) -> Vec<Line> {
+    frames
+        .iter()
+        .map(|frame| {
+            let start = start_lines.get(&(module, frame.function.as_str())).copied();
+            Line {
+                function_id: b.function(&frame.function, frame.file.as_deref(), start),
+                line: frame.line.map_or(0, i64::from),
+            }
+        })
+        .collect()
+}
+
 /// One sample per non-zero bucket of `source`, on its location, labelled with its process.
 fn bucket_samples(
     b: &mut Builder,
@@ -297,28 +325,11 @@ fn bucket_samples(
     columns: Columns,
     samples: &mut Vec<Sample>,
 ) {
-    // The first line of each function, for Function.start_line.
-    let start_lines: HashMap<(&str, &str), u32> = source
-        .functions
-        .iter()
-        .filter_map(|f| Some(((f.module.as_str(), f.name.as_str()), f.line?)))
-        .collect();
+    let start_lines = start_lines(source);
     for bucket in source.buckets.iter().filter(|bucket| bucket.samples > 0) {
         let mapping_id = mapping_of.get(bucket.module.as_str()).copied().unwrap_or(0);
         let location = b.location(mapping_id, bucket.address, |b| {
-            let mut lines: Vec<Line> = bucket
-                .frames
-                .iter()
-                .map(|frame| {
-                    let start = start_lines
-                        .get(&(bucket.module.as_str(), frame.function.as_str()))
-                        .copied();
-                    Line {
-                        function_id: b.function(&frame.function, frame.file.as_deref(), start),
-                        line: frame.line.map_or(0, i64::from),
-                    }
-                })
-                .collect();
+            let mut lines = frame_lines(b, &start_lines, &bucket.module, &bucket.frames);
             if lines.is_empty() {
                 // Nothing is known of the address: name it module+offset, as the text report does.
                 let name = format!("{}+{:#x}", bucket.module, bucket.offset);
@@ -346,11 +357,7 @@ fn stack_samples(
     columns: Columns,
     samples: &mut Vec<Sample>,
 ) {
-    let start_lines: HashMap<(&str, &str), u32> = source
-        .functions
-        .iter()
-        .filter_map(|f| Some(((f.module.as_str(), f.name.as_str()), f.line?)))
-        .collect();
+    let start_lines = start_lines(source);
     for stack in source.stacks.iter().filter(|s| s.samples > 0) {
         let mut ids = Vec::with_capacity(stack.frames.len() + 1);
         for &l in &stack.frames {
@@ -359,18 +366,7 @@ fn stack_samples(
             };
             let mapping_id = mapping_of.get(loc.module.as_str()).copied().unwrap_or(0);
             ids.push(b.location(mapping_id, loc.address, |b| {
-                loc.frames
-                    .iter()
-                    .map(|frame| {
-                        let start = start_lines
-                            .get(&(loc.module.as_str(), frame.function.as_str()))
-                            .copied();
-                        Line {
-                            function_id: b.function(&frame.function, frame.file.as_deref(), start),
-                            line: frame.line.map_or(0, i64::from),
-                        }
-                    })
-                    .collect()
+                frame_lines(b, &start_lines, &loc.module, &loc.frames)
             }));
         }
         if stack.truncated {
