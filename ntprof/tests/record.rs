@@ -15,7 +15,7 @@ use nix::unistd::Pid;
 use serde_json::Value;
 
 mod common;
-use common::gcc;
+use common::{function_samples, gcc, u};
 
 const NTPROF: &str = env!("CARGO_BIN_EXE_ntprof");
 
@@ -200,21 +200,6 @@ fn source<'a>(r: &'a Value, name: &str) -> &'a Value {
         .iter()
         .find(|s| s["name"] == name)
         .unwrap_or_else(|| panic!("no source {name} in {r}"))
-}
-
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
-
-/// Samples of a function (by name) in a source, 0 when absent.
-fn function_samples(s: &Value, name: &str) -> u64 {
-    s["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["name"] == name)
-        .map(|f| u(&f["samples"]))
-        .sum()
 }
 
 fn module<'a>(s: &'a Value, name: &str) -> &'a Value {

@@ -15,6 +15,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 mod common;
+use common::{function_samples, u};
 
 const NTPROF: &str = env!("CARGO_BIN_EXE_ntprof");
 
@@ -74,26 +75,12 @@ fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("not JSON ({e}); stderr: {err}"))
 }
 
-fn u(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
-}
-
 fn timer(r: &Value) -> &Value {
     &r["sources"][0]
 }
 
 fn total(s: &Value) -> u64 {
     u(&s["stats"]["counted"]) + u(&s["stats"]["outside"])
-}
-
-fn function_samples(s: &Value, name: &str) -> u64 {
-    s["functions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|f| f["name"] == name)
-        .map(|f| u(&f["samples"]))
-        .sum()
 }
 
 /// `name`'s share of the source is within 3 σ + 1.5 points of `truth`.

@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use serde_json::Value;
+
 /// A fresh directory `ntprof-<tag>-<pid>` under cargo's temporary directory for integration tests, for the C
 /// programs one test binary builds.
 pub fn build_dir(tag: &str) -> PathBuf {
@@ -116,4 +118,22 @@ pub fn pprof() -> Option<PathBuf> {
         "apt-get install golang-go golang-github-google-pprof-dev; \
          GOPATH=/usr/share/gocode GO111MODULE=off go build -o target/tools/pprof github.com/google/pprof",
     )
+}
+
+/// A JSON number that must be a u64.
+#[allow(dead_code)] // Only the tests that read ntprof's JSON report ask.
+pub fn u(v: &Value) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("not a number: {v}"))
+}
+
+/// Samples of a function (by name) in a source of ntprof's JSON report, 0 when absent.
+#[allow(dead_code)] // Only the tests that read ntprof's JSON report ask.
+pub fn function_samples(s: &Value, name: &str) -> u64 {
+    s["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["name"] == name)
+        .map(|f| u(&f["samples"]))
+        .sum()
 }
