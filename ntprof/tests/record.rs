@@ -123,11 +123,21 @@ fn programs() -> &'static Programs {
             ],
             &dir,
         );
+        gcc(
+            &[
+                "-O2",
+                "-g",
+                "-o",
+                &format!("{d}/two_static"),
+                &s("two_static.c"),
+            ],
+            &dir,
+        );
         // Copies stripped of debug information (symbol tables kept) and of everything.
         for (sub, flag) in [("nodebug", "--strip-debug"), ("stripped", "--strip-all")] {
             let sd = dir.join(sub);
             std::fs::create_dir_all(&sd).unwrap();
-            for f in ["split", "libsplit.so"] {
+            for f in ["split", "libsplit.so", "two_static"] {
                 let to = sd.join(f);
                 std::fs::copy(dir.join(f), &to).unwrap();
                 run_tool("strip", &[flag, to.to_str().unwrap()]);
@@ -368,6 +378,80 @@ fn fully_stripped_split_shows_module_offsets_and_module_shares() {
     );
     // A shared library keeps its exported names in .dynsym.
     assert_eq!(function_samples(s, "lib_hot"), lib);
+}
+
+/// `(start, size)` of the local function `name` in `prog`, from `nm -S`.
+fn nm_function(prog: &Path, name: &str) -> (u64, u64) {
+    let out = Command::new("nm")
+        .args(["-S", "--defined-only", prog.to_str().unwrap()])
+        .output()
+        .expect("run nm");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|f| f.len() == 4 && f[3] == name)
+        .map(|f| {
+            let hex = |s: &str| u64::from_str_radix(s, 16).unwrap();
+            (hex(f[0]), hex(f[1]))
+        })
+        .unwrap_or_else(|| panic!("nm finds no {name} in {}: {text}", prog.display()))
+}
+
+/// Fully stripped, two static hot functions are still one row each: `.eh_frame` bounds them, and each is named
+/// by its start (the address `nm` gives for it in the unstripped build), not split into one row per address.
+#[test]
+fn fully_stripped_static_functions_are_one_row_each_named_by_their_start() {
+    let p = programs();
+    let prog = p.dir.join("stripped/two_static");
+    let out = ntprof(&[
+        "record",
+        "--format",
+        "json",
+        "-i",
+        "2000",
+        "--",
+        prog.to_str().unwrap(),
+        "1.0",
+    ]);
+    let r = report(&out, 0);
+    let s = source(&r, "Timer");
+    check_accounting(s);
+    let (a, a_size) = nm_function(&p.path("two_static"), "hot_a");
+    let (b, b_size) = nm_function(&p.path("two_static"), "hot_b");
+    let f = s["functions"].as_array().unwrap();
+    let in_exe: Vec<&Value> = f.iter().filter(|f| f["module"] == "two_static").collect();
+    let names: Vec<&str> = in_exe.iter().map(|f| f["name"].as_str().unwrap()).collect();
+    // No row for an address inside either function other than its start.
+    for name in &names {
+        let off = name
+            .strip_prefix("two_static+0x")
+            .and_then(|h| u64::from_str_radix(h, 16).ok());
+        let off =
+            off.unwrap_or_else(|| panic!("a stripped program's row is module+0x…: {names:?}"));
+        for (start, size) in [(a, a_size), (b, b_size)] {
+            assert!(
+                !(start < off && off < start + size),
+                "{name} is inside the function at {start:#x}: {names:?}"
+            );
+        }
+    }
+    // Main, the hot pair and at most a row or two of start-up code: not one row per sampled address.
+    assert!(names.len() <= 5, "{} rows: {names:?}", names.len());
+    let a_samples = function_samples(s, &format!("two_static+{a:#x}"));
+    let b_samples = function_samples(s, &format!("two_static+{b:#x}"));
+    assert_eq!(
+        [names[0], names[1]],
+        [format!("two_static+{a:#x}"), format!("two_static+{b:#x}")],
+        "the two hot functions on top, named by their starts"
+    );
+    // All of each function's samples in its row: the designed 60 / 40 holds, and the two rows are nearly all
+    // of the module.
+    within_3_sigma(a_samples, b_samples, 0.6, "hot_a vs hot_b (stripped)");
+    let exe = u(&module(s, "two_static")["samples"]);
+    assert!(
+        (a_samples + b_samples) as f64 >= 0.99 * exe as f64,
+        "{a_samples} + {b_samples} of {exe}"
+    );
 }
 
 #[test]

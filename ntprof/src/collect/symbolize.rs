@@ -1,6 +1,7 @@
 //! Symbolization: each location (module, address in the module) with samples → the function, its inlined
 //! frames, file and line. ELF files through their symbol tables and DWARF, the kernel through kallsyms, JIT code
-//! through the process's perf map file; a location nothing names is `module+0xOFFSET`.
+//! through the process's perf map file. Code of an ELF file that no symbol names is named by the start of the
+//! `.eh_frame` function that holds it, `module+0xSTART`; a location nothing covers is `module+0xOFFSET`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -9,6 +10,9 @@ use crate::report::Frame;
 use crate::symbols::{ElfSymbolizer, Kallsyms, Mapping};
 use crate::tree::jit::{self, PerfMap};
 use crate::tree::space::{Module, ModuleKind};
+
+/// What DWARF calls a frame it cannot name.
+const UNKNOWN: &str = "[unknown]";
 
 /// `module+0xOFFSET`.
 pub fn module_offset_name(module: &str, offset: u64) -> String {
@@ -163,7 +167,7 @@ impl<'a> Symbolizers<'a> {
         match &m.kind {
             ModuleKind::File => {
                 if let Some(Some(elf)) = self.elf.get(&m.path) {
-                    Self::elf_frames(elf, placed.bias, object, &mut located);
+                    Self::elf_frames(elf, &placed.name, placed.bias, object, &mut located);
                 }
             }
             ModuleKind::Kernel(name) => {
@@ -193,7 +197,13 @@ impl<'a> Symbolizers<'a> {
         located
     }
 
-    fn elf_frames(elf: &ElfSymbolizer, bias: u64, object: u64, located: &mut Located) {
+    fn elf_frames(
+        elf: &ElfSymbolizer,
+        module: &str,
+        bias: u64,
+        object: u64,
+        located: &mut Located,
+    ) {
         let r = elf.resolve(object);
         let mut frames = r.frames;
         if frames.is_empty()
@@ -208,11 +218,23 @@ impl<'a> Symbolizers<'a> {
                 located.function_size = s.size;
                 located.function_line = elf.location(s.address);
             }
-            (None, Some(f)) => {
+            (None, Some(f)) if f.function != UNKNOWN => {
                 located.function = f.function.clone();
                 located.function_line = f.file.clone().zip(f.line);
             }
-            (None, None) => {}
+            (None, _) => {
+                // No name, but `.eh_frame` knows the function's bounds: one row per function, named by its
+                // start, rather than one per sampled address.
+                if let Some((start, end)) = elf.fde_function(object) {
+                    located.function = module_offset_name(module, start);
+                    located.function_address = start.wrapping_add(bias);
+                    located.function_size = end - start;
+                    located.function_line = elf.location(start);
+                    if let Some(last) = frames.last_mut() {
+                        last.function = located.function.clone();
+                    }
+                }
+            }
         }
         located.frames = frames;
     }

@@ -16,6 +16,7 @@ use addr2line::Loader;
 use object::read::elf::SectionHeader;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ReadCache, ReadRef, SymbolKind};
 
+use super::fde::FdeIndex;
 use super::table::{Binding, Symbol, SymbolTable};
 use super::{DEBUG_ROOT, Mapping, Resolved, demangle, load_bias};
 use crate::report::Frame;
@@ -193,6 +194,8 @@ struct Lazy {
     resolved: HashMap<u64, Resolved>,
     /// Innermost locations of addresses.
     locations: HashMap<u64, Option<(String, u32)>>,
+    /// The `.eh_frame` function ranges, read on the first address no symbol covers.
+    fdes: Option<FdeIndex>,
 }
 
 /// Symbols and line information of one ELF object.
@@ -317,6 +320,15 @@ impl ElfSymbolizer {
     pub fn symbol(&self, addr: u64) -> Option<Symbol> {
         let index = self.symbols.lookup_index(addr)?;
         self.demangled(&mut self.lock(), index)
+    }
+
+    /// The `.eh_frame` function range `(start, end)` containing file virtual address `addr`: the function of an
+    /// address that no symbol covers (see [`super::fde`]).
+    pub fn fde_function(&self, addr: u64) -> Option<(u64, u64)> {
+        let mut lazy = self.lock();
+        lazy.fdes
+            .get_or_insert_with(|| FdeIndex::read(&self.path))
+            .lookup(addr)
     }
 
     /// Everything known about file virtual address `addr`: the containing symbol, and the DWARF frames

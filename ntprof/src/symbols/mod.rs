@@ -12,8 +12,10 @@
 //! Debug information is taken from the object itself when it has DWARF; otherwise from a separate debug file
 //! found by build-id (`/usr/lib/debug/.build-id/xx/yyyy.debug`) or by `.gnu_debuglink` (next to the object, in
 //! its `.debug/` directory, or under `/usr/lib/debug/` + the object's directory). Function names come from the
-//! symbol tables (`.symtab`, then `.dynsym`, of the object and of its debug file); when nothing names an address
-//! it is shown as `module+0xOFFSET`.
+//! symbol tables (`.symtab`, then `.dynsym`, of the object and of its debug file). Code that no symbol covers
+//! (a stripped program, a library's static functions) still has its functions' bounds in `.eh_frame` ([`fde`]):
+//! such a function is named by its start, `module+0xSTART`; an address outside every symbol and FDE is shown as
+//! `module+0xOFFSET`.
 //!
 //! **The kernel** is symbolized from `/proc/kallsyms` (text symbols of the kernel and its loaded modules).
 //!
@@ -21,7 +23,8 @@
 //! binary search), names are demangled when a lookup returns them, and DWARF is opened and consulted only for
 //! addresses that need a line, with every answer cached per module ([`elf`]).
 //!
-//! Rooms: [`table`] (the index and the choice among aliases), [`elf`] (ELF objects, debug files, DWARF),
+//! Rooms: [`table`] (the index and the choice among aliases), [`elf`] (ELF objects, debug files, DWARF), [`fde`]
+//! (function bounds from `.eh_frame`),
 //! [`kernel`] (kallsyms).
 
 use std::borrow::Cow;
@@ -30,6 +33,7 @@ use std::path::Path;
 use crate::report::Frame;
 
 pub mod elf;
+pub mod fde;
 pub mod kernel;
 pub mod table;
 
