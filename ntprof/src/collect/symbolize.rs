@@ -213,6 +213,12 @@ impl<'a> Symbolizers<'a> {
         }
         match (&r.symbol, frames.last()) {
             (Some(s), _) => {
+                // The outermost frame is the symbol's function: named as the symbol table names it, which
+                // prefers the global name (`qsort_r`) to the alias DWARF may carry (`__GI___qsort_r`), so
+                // that stacks and the flat table agree.
+                if let Some(outer) = frames.last_mut() {
+                    outer.function = s.name.clone();
+                }
                 located.function = s.name.clone();
                 located.function_address = s.address.wrapping_add(bias);
                 located.function_size = s.size;
