@@ -1,9 +1,11 @@
 //! A symbol table indexed for lookup: entries sorted by address, one per address, found by binary search.
 //!
 //! Several symbols often share an address: `malloc`, `__libc_malloc` and (in a debug file) `__GI___libc_malloc`
-//! are one function. The one a user knows is kept, by the rule perf follows: a sized symbol over an unsized one,
-//! a non-weak over a weak one, a global over a local one, then the name with fewer leading underscores, then the
-//! longer name (then the alphabetically first, so the choice never depends on the order of the file).
+//! are one function. The one a user knows is kept: a sized symbol over an unsized one, an exported name over a
+//! local one (a global export first, then a weak one: libc exports `qsort_r` only as weak, and its debug file
+//! adds the local `__qsort_r` and `__GI___qsort_r`), then the name with fewer leading underscores, then the
+//! longer name (then the alphabetically first, so the choice never depends on the order of the file). perf
+//! ranks a local name above a weak export and so shows `__GI___qsort_r`; a user calls it `qsort_r`.
 
 use std::cmp::Ordering;
 
@@ -29,6 +31,18 @@ pub enum Binding {
     Global = 2,
 }
 
+impl Binding {
+    /// How well a user knows a name of this binding: the names a library exports (global, then weak: `qsort_r`
+    /// is a weak export) come before the local ones only its debug information has (`__GI___qsort_r`).
+    fn exported_rank(self) -> u8 {
+        match self {
+            Binding::Global => 2,
+            Binding::Weak => 1,
+            Binding::Local => 0,
+        }
+    }
+}
+
 /// A sorted symbol table with a containment lookup.
 #[derive(Debug, Default)]
 pub struct SymbolTable {
@@ -44,12 +58,7 @@ fn better(a: &(Symbol, Binding), b: &(Symbol, Binding)) -> Ordering {
     let ((sa, ba), (sb, bb)) = (a, b);
     (sb.size > 0)
         .cmp(&(sa.size > 0))
-        .then(
-            (*bb == Binding::Weak)
-                .cmp(&(*ba == Binding::Weak))
-                .reverse(),
-        )
-        .then((*bb == Binding::Global).cmp(&(*ba == Binding::Global)))
+        .then(bb.exported_rank().cmp(&ba.exported_rank()))
         .then(leading_underscores(&sa.name).cmp(&leading_underscores(&sb.name)))
         .then(sb.name.len().cmp(&sa.name.len()))
         .then(sa.name.cmp(&sb.name))
@@ -162,13 +171,22 @@ mod tests {
             ]),
             "strcoll"
         );
-        // A weak alias loses to a strong name even if that one is local; a sized entry beats an unsized one.
+        // libc's qsort_r is exported only as a weak symbol: it still beats the local names of the debug file.
         assert_eq!(
             names(vec![
-                (sym(0x1000, 8, "weak_name"), Weak),
-                (sym(0x1000, 8, "__strong"), Local)
+                (sym(0x1000, 834, "__qsort_r"), Local),
+                (sym(0x1000, 834, "__GI___qsort_r"), Local),
+                (sym(0x1000, 834, "qsort_r"), Weak)
             ]),
-            "__strong"
+            "qsort_r"
+        );
+        // A global export beats a weak one; a sized entry beats an unsized one.
+        assert_eq!(
+            names(vec![
+                (sym(0x1000, 8, "strcoll_l"), Weak),
+                (sym(0x1000, 8, "__strcoll_l"), Global)
+            ]),
+            "__strcoll_l"
         );
         assert_eq!(
             names(vec![
