@@ -376,8 +376,14 @@ fn fully_stripped_split_shows_module_offsets_and_module_shares() {
             .all(|f| f["name"].as_str().unwrap().starts_with("split+0x")),
         "nothing names the stripped executable's code: {in_exe:?}"
     );
-    // A shared library keeps its exported names in .dynsym.
-    assert_eq!(function_samples(s, "lib_hot"), lib);
+    // A shared library keeps its exported names in .dynsym: its samples are lib_hot's, but for the rare one
+    // that lands in the code the loader runs once at load (the library's init functions; one run in many took
+    // 1 of 1992 there).
+    let named = function_samples(s, "lib_hot");
+    assert!(
+        named <= lib && named + 2 >= lib,
+        "lib_hot {named} of the library's {lib}"
+    );
 }
 
 /// `(start, size)` of the local function `name` in `prog`, from `nm -S`.
