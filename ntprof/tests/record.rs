@@ -277,19 +277,24 @@ fn within_3_sigma(a: u64, b: u64, p: f64, what: &str) {
     );
 }
 
-fn record_split(dir: &Path) -> Value {
-    let prog = dir.join("split");
-    let out = ntprof(&[
+/// `ntprof record --format json -i 2000 -- PROGRAM ARGS...` (a sample every 200 µs): the JSON report of a run
+/// that must exit 0.
+fn record_json(program: &Path, args: &[&str]) -> Value {
+    let mut argv = vec![
         "record",
         "--format",
         "json",
         "-i",
         "2000",
         "--",
-        prog.to_str().unwrap(),
-        "1.0",
-    ]);
-    report(&out, 0)
+        program.to_str().unwrap(),
+    ];
+    argv.extend_from_slice(args);
+    report(&ntprof(&argv), 0)
+}
+
+fn record_split(dir: &Path) -> Value {
+    record_json(&dir.join("split"), &["1.0"])
 }
 
 #[test]
@@ -408,18 +413,7 @@ fn nm_function(prog: &Path, name: &str) -> (u64, u64) {
 #[test]
 fn fully_stripped_static_functions_are_one_row_each_named_by_their_start() {
     let p = programs();
-    let prog = p.dir.join("stripped/two_static");
-    let out = ntprof(&[
-        "record",
-        "--format",
-        "json",
-        "-i",
-        "2000",
-        "--",
-        prog.to_str().unwrap(),
-        "1.0",
-    ]);
-    let r = report(&out, 0);
+    let r = record_json(&p.dir.join("stripped/two_static"), &["1.0"]);
     let s = source(&r, "Timer");
     check_accounting(s);
     let (a, a_size) = nm_function(&p.path("two_static"), "hot_a");
@@ -798,17 +792,7 @@ fn readme_demo_shows_the_designed_shares() {
         "{} is missing after the build",
         demo.display()
     );
-    let out = ntprof(&[
-        "record",
-        "--format",
-        "json",
-        "-i",
-        "2000",
-        "--",
-        demo.to_str().unwrap(),
-        "1",
-    ]);
-    let r = report(&out, 0);
+    let r = record_json(&demo, &["1"]);
     let s = source(&r, "Timer");
     check_accounting(s);
     let exe = function_samples(s, "demo_exe_hot");
