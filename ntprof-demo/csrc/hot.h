@@ -8,7 +8,8 @@
 static inline uint64_t demo_chain(uint64_t x, uint64_t n, uint64_t k)
 {
     for (uint64_t i = 0; i < n; i++) {
-        x = (x ^ i) * k;             /* the hot line */
+        x = (x ^ i) * k;             /* the slow multiply: its samples show on the lines of the instructions
+                                        after it (a timer sample reports the next instruction to run) */
         x = (x << 23) | (x >> 41);
     }
     return x;
