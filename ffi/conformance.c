@@ -1129,6 +1129,98 @@ static void zw_checks(void)
     EXPECT("restore 10000", ZwSetIntervalProfile(10000, ProfileTime), STATUS_SUCCESS);
 }
 
+/* ------------------------------------------------------------------------------------------------------------
+ * The sampler's checks (docs/api.md section 8): the order of NtprofileCreateSampler's checks where two faults
+ * meet, a Config readable only in part, the pseudo-handles given to the sampler calls, a misaligned
+ * SamplerHandle.
+ */
+static NTPROFILE_SAMPLER_CONFIG sampler_config(void)
+{
+    NTPROFILE_SAMPLER_CONFIG c;
+    memset(&c, 0, sizeof c);
+    c.Size = sizeof c;
+    c.Flags = NTPROFILE_SAMPLER_INHERIT | NTPROFILE_SAMPLER_SIDEBAND;
+    c.Source = ProfileTime;
+    return c;
+}
+
+static void sampler_order_checks(void)
+{
+    section("NtprofileCreateSampler: check order, partial Config, pseudo-handles, SamplerHandle alignment");
+    HANDLE h = NULL;
+    NTPROFILE_SAMPLER_CONFIG c = sampler_config();
+    c.Source = (KPROFILE_SOURCE)0x7FFF; /* no source has this value */
+    c.RingPages = 3;
+    EXPECT("unknown source + RingPages 3 (the source comes first)", NtprofileCreateSampler(&h, &c),
+           STATUS_NOT_SUPPORTED);
+    c = sampler_config();
+    c.Source = (KPROFILE_SOURCE)0x7FFF;
+    c.Affinity = max_cpu < 63 ? (KAFFINITY)1 << 63 : 0;
+    if (max_cpu < 63)
+        EXPECT("unknown source + Affinity naming no online processor (the source comes first)",
+               NtprofileCreateSampler(&h, &c), STATUS_NOT_SUPPORTED);
+    static ULONG pid_words[4];
+    c = sampler_config();
+    c.ProcessCount = 1;
+    c.ProcessIds = (const ULONG *)(const void *)((const char *)pid_words + 2);
+    c.RingPages = 3;
+    EXPECT("misaligned ProcessIds + RingPages 3 (the process ids come first)", NtprofileCreateSampler(&h, &c),
+           STATUS_DATATYPE_MISALIGNMENT);
+    {
+        static ULONGLONG raw[sizeof(NTPROFILE_SAMPLER_CONFIG) / 8 + 2];
+        NTPROFILE_SAMPLER_CONFIG zero = sampler_config();
+        zero.Size = 0;
+        memcpy((char *)raw + 4, &zero, sizeof zero);
+        EXPECT("misaligned Config + Size 0 (the alignment comes first)",
+               NtprofileCreateSampler(&h, (const NTPROFILE_SAMPLER_CONFIG *)(const void *)((char *)raw + 4)),
+               STATUS_DATATYPE_MISALIGNMENT);
+    }
+    {
+        /* Only the first 8 bytes (Size and Flags) are readable: the rest lies in an unmapped page. */
+        char *last = (char *)page_before_hole() + page - 8;
+        NTPROFILE_SAMPLER_CONFIG *partial = (NTPROFILE_SAMPLER_CONFIG *)(void *)last;
+        ULONG size = sizeof(NTPROFILE_SAMPLER_CONFIG), flags = NTPROFILE_SAMPLER_INHERIT;
+        memcpy(last, &size, 4);
+        memcpy(last + 4, &flags, 4);
+        EXPECT("Config readable only in its first 8 bytes, Size right", NtprofileCreateSampler(&h, partial),
+               STATUS_ACCESS_VIOLATION);
+        size = 0;
+        memcpy(last, &size, 4);
+        EXPECT("Config readable only in its first 8 bytes, Size 0 (unreadable comes before Size)",
+               NtprofileCreateSampler(&h, partial), STATUS_ACCESS_VIOLATION);
+    }
+    CHECK("no handle written by a failed create", h == NULL, "%p", h);
+
+    NTPROFILE_SAMPLER_STATISTICS stats;
+    HANDLE pseudo[2] = {NtCurrentProcess(), NtCurrentThread()};
+    const char *names[2] = {"NtCurrentProcess()", "NtCurrentThread()"};
+    for (int i = 0; i < 2; i++) {
+        char what[96];
+        snprintf(what, sizeof what, "NtprofileEnableSampler(%s)", names[i]);
+        EXPECT(what, NtprofileEnableSampler(pseudo[i], 1), STATUS_OBJECT_TYPE_MISMATCH);
+        snprintf(what, sizeof what, "NtprofileReadSampler(%s)", names[i]);
+        EXPECT(what, NtprofileReadSampler(pseudo[i], 0, NULL, NULL, NULL), STATUS_OBJECT_TYPE_MISMATCH);
+        snprintf(what, sizeof what, "NtprofileQuerySamplerStatistics(%s)", names[i]);
+        EXPECT(what, NtprofileQuerySamplerStatistics(pseudo[i], &stats), STATUS_OBJECT_TYPE_MISMATCH);
+        snprintf(what, sizeof what, "NtStartProfile(%s), for comparison", names[i]);
+        EXPECT(what, NtStartProfile(pseudo[i]), STATUS_OBJECT_TYPE_MISMATCH);
+    }
+
+    {
+        /* No alignment rule for the handle pointer, as for NtCreateProfile's ProfileHandle. */
+        static unsigned char raw[sizeof(HANDLE) * 2 + 8];
+        c = sampler_config();
+        NTSTATUS st = NtprofileCreateSampler((PHANDLE)(void *)(raw + 1), &c);
+        EXPECT("misaligned (odd) SamplerHandle pointer is fine", st, STATUS_SUCCESS);
+        if (NT_SUCCESS(st)) {
+            memcpy(&h, raw + 1, sizeof h);
+            EXPECT("  ... and the handle written there is a sampler", NtprofileQuerySamplerStatistics(h, &stats),
+                   STATUS_SUCCESS);
+            EXPECT("  ... that closes", NtClose(h), STATUS_SUCCESS);
+        }
+    }
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -1145,6 +1237,7 @@ int main(void)
     process_checks();
     sampling_checks();
     zw_checks();
+    sampler_order_checks();
 
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -227,7 +227,7 @@ int main(void)
     EXPECT("NtprofileQuerySamplerStatistics(profile)", NtprofileQuerySamplerStatistics(profile, &stats),
            STATUS_OBJECT_TYPE_MISMATCH);
     EXPECT("NtprofileEnableSampler(NtCurrentProcess())", NtprofileEnableSampler(NtCurrentProcess(), 1),
-           STATUS_INVALID_HANDLE);
+           STATUS_OBJECT_TYPE_MISMATCH);
     EXPECT("NtClose(profile)", NtClose(profile), STATUS_SUCCESS);
     EXPECT("NtprofileQuerySamplerStatistics(NULL)", NtprofileQuerySamplerStatistics(sampler, NULL),
            STATUS_ACCESS_VIOLATION);

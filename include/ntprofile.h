@@ -246,7 +246,10 @@ typedef struct _NTPROFILE_STATISTICS {
 typedef struct _NTPROFILE_SOURCE_INFO {
     KPROFILE_SOURCE Source;     /* the value to pass to NtCreateProfile */
     ULONG Supported;            /* 1 when the source can be sampled on this machine, else 0 */
-    ULONG OpenErrno;            /* when not supported: the errno perf_event_open(2) gave (0: no perf event) */
+    ULONG OpenErrno;            /* when not supported: the errno perf_event_open(2) gave (0: no perf event);
+                                   EACCES for a source sampled in the kernel (context switches, migrations)
+                                   when the caller may not sample the kernel: its create gets
+                                   STATUS_PRIVILEGE_NOT_HELD */
     ULONG IntervalIsEventCount; /* 0: intervals in 100 ns units; 1: events between samples */
     ULONG MinimumInterval;      /* smallest interval in force now */
     ULONG MaximumInterval;      /* largest interval */

@@ -30,12 +30,30 @@ pub struct Decoded {
 /// `[tail, head)` or at an unaligned position (the fuzzer's finding).
 pub fn decode_ring(data: &[u8], tail: u64, head: u64, tid: bool) -> Decoded {
     let mut d = Decoded::default();
-    let (end, records) = decode_slice(data, tail, head, SampleLayout { tid }, |r| match r {
-        Record::Sample { .. } => d.samples += 1,
-        Record::Lost(n) => d.lost = d.lost.wrapping_add(n),
-        Record::Throttle | Record::Unthrottle => d.throttles += 1,
-        Record::Other => {}
-    });
+    // The same words with a user-ip register block after each sample's fixed fields (the layout of a stream
+    // whose event is sampled in the kernel) must end at the same place with the same records.
+    let with_user_ip = SampleLayout { tid, user_ip: true };
+    let (end_ip, records_ip) = decode_slice(data, tail, head, with_user_ip, |_| ());
+    let (end, records) = decode_slice(
+        data,
+        tail,
+        head,
+        SampleLayout {
+            tid,
+            user_ip: false,
+        },
+        |r| match r {
+            Record::Sample { .. } => d.samples += 1,
+            Record::Lost(n) => d.lost = d.lost.wrapping_add(n),
+            Record::Throttle | Record::Unthrottle => d.throttles += 1,
+            Record::Other => {}
+        },
+    );
+    assert_eq!(
+        (end, records),
+        (end_ip, records_ip),
+        "the user-ip layout changes only the ip"
+    );
     d.end = end;
     d.records = records;
     d

@@ -21,7 +21,9 @@ impl ProfileBuilder {
     ///
     /// # Errors
     /// In the order the C API checks: `STATUS_INVALID_PARAMETER` (bucket size), `STATUS_BUFFER_OVERFLOW`
-    /// (the range wraps), `STATUS_NOT_SUPPORTED` (source), `STATUS_INVALID_PARAMETER` (processors: a mask,
+    /// (the range wraps), `STATUS_NOT_SUPPORTED` (source) or `STATUS_PRIVILEGE_NOT_HELD` (a source sampled in
+    /// the kernel, as context switches, without the privilege to sample the kernel: see
+    /// [`Support::NeedsKernelPrivilege`](crate::Support::NeedsKernelPrivilege)), `STATUS_INVALID_PARAMETER` (processors: a mask,
     /// CPU list or `GROUP_AFFINITY` record naming no online CPU), then the target: `STATUS_PRIVILEGE_NOT_HELD`
     /// (a [global](Self::global) profile without the system-profile privilege), `STATUS_ACCESS_DENIED` (the
     /// [process](Self::process) may no longer be profiled), then `STATUS_PRIVILEGE_NOT_HELD` (a kernel range

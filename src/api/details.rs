@@ -68,6 +68,14 @@ pub(crate) fn create_front(
             "ProfileSize {size:#x} at base {base:#x} wraps past the top of the address space"
         ),
         NtStatus::NOT_SUPPORTED => unsupported_source(source),
+        NtStatus::PRIVILEGE_NOT_HELD => format!(
+            "source {} ({:#x}) is sampled in the kernel (where the thread blocks or moves), and this caller may \
+             not sample the kernel: run with CAP_PERFMON or CAP_SYS_ADMIN, or set kernel.perf_event_paranoid to \
+             1 or less (it is {})",
+            source.name(),
+            source.to_raw(),
+            perf_event_paranoid()
+        ),
         other => return Error::from(other),
     };
     Error::new(status, detail)

@@ -117,7 +117,12 @@ impl Consumer {
         let mut timeout = BUSY_DRAIN_INTERVAL_MS;
         let mut last_pass = std::time::Instant::now();
         loop {
-            let n = self.epoll.wait(&mut events, timeout);
+            // With no stream (the threads kept for a sampler, `engine::pin_threads`) there is nothing to drain on
+            // a timer: sleep until a request wakes us.
+            let n = self.epoll.wait(
+                &mut events,
+                if self.streams.is_empty() { -1 } else { timeout },
+            );
             for ev in &events[..n] {
                 let (token, flags) = (ev.u64, ev.events);
                 if token == WAKER_TOKEN {

@@ -51,6 +51,8 @@ pub const STARTED_PER_CPU: usize = 8192;
 /// The engine's tables, under its lock.
 pub(crate) struct Engine {
     threads: Option<Threads>,
+    /// Live [`ThreadsPin`]s: the threads stay while one exists, even with no stream.
+    pins: usize,
     streams: Vec<SharedStream>,
     /// The stream of every started profile.
     started: BTreeMap<ProfileId, StreamId>,
@@ -59,6 +61,7 @@ pub(crate) struct Engine {
 
 static ENGINE: Mutex<Engine> = Mutex::new(Engine {
     threads: None,
+    pins: 0,
     streams: Vec::new(),
     started: BTreeMap::new(),
     next_stream: 1,
@@ -70,14 +73,42 @@ pub(crate) fn lock() -> MutexGuard<'static, Engine> {
     ENGINE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The library's own threads now (the consumer and the jitter thread, when they run): a sampler of the calling
-/// process never observes them.
-pub(crate) fn own_tids() -> Vec<crate::perf::sys::Tid> {
-    lock()
+/// Keeps the library's threads running while it lives (see [`pin_threads`]).
+#[must_use]
+pub(crate) struct ThreadsPin(());
+
+impl Drop for ThreadsPin {
+    fn drop(&mut self) {
+        let mut eng = lock();
+        eng.pins = eng.pins.saturating_sub(1);
+        eng.shutdown_if_idle();
+    }
+}
+
+/// Start the library's threads now if they do not run, and keep them running until the pin is dropped (a stream
+/// that closes meanwhile does not stop them); returns the pin and the threads' ids.
+///
+/// Why: a sampler of the calling process follows the threads created after it (`inherit`). Threads the engine
+/// started later, from a caller's thread that carries the sampler's events, would inherit them and be sampled.
+/// Started before the sampler's events open (and skipped by them), and kept while the sampler lives, they never
+/// are. While pinned with no stream they sleep without a timer.
+///
+/// # Errors
+/// Those of starting the threads: `STATUS_INSUFFICIENT_RESOURCES`, `STATUS_INTERNAL_ERROR`.
+pub(crate) fn pin_threads() -> Result<(ThreadsPin, Vec<crate::perf::sys::Tid>), NtStatus> {
+    let mut eng = lock();
+    if eng.threads.is_none() {
+        // The same invariant as in `start`: no stream exists while there are no threads.
+        debug_assert!(eng.streams.is_empty());
+        eng.threads = Some(Threads::spawn()?);
+    }
+    eng.pins += 1;
+    let own = eng
         .threads
         .as_ref()
         .map(Threads::own_tids)
-        .unwrap_or_default()
+        .unwrap_or_default();
+    Ok((ThreadsPin(()), own))
 }
 
 /// The started-profile limit now: 8192 × online processors.
@@ -227,11 +258,14 @@ impl Engine {
         }
         self.streams.clear();
         self.started.clear();
+        // The child's samplers are dead; their pins are forgotten, never dropped.
+        self.pins = 0;
     }
 
-    /// Stop the threads when no stream is left (so an idle process keeps no thread of ours).
+    /// Stop the threads when no stream and no pin is left (so an idle process keeps no thread of ours).
     fn shutdown_if_idle(&mut self) {
         if self.streams.is_empty()
+            && self.pins == 0
             && let Some(t) = self.threads.take()
         {
             t.shutdown();

@@ -127,6 +127,7 @@ impl<'a> Pass<'a> {
         let owner = vec![None; cpus.len()];
         let layout = SampleLayout {
             tid: params.sample_tid,
+            user_ip: params.user_ip,
         };
         Pass {
             params,

@@ -54,6 +54,7 @@ impl Recording {
             inherit_threads: false,
             wakeup_watermark: data_pages * page_size(),
             precise_ip: 0,
+            user_ip: false,
         };
         // One ring, as the consumer has per CPU: the thread stays on the CPU it runs on while it is recorded.
         use nix::sched::{CpuSet as NixCpuSet, sched_getaffinity, sched_getcpu, sched_setaffinity};
@@ -65,7 +66,7 @@ impl Recording {
         sched_setaffinity(Pid::from_raw(0), &one)?;
         let result = (|| -> Result<Recording, Errno> {
             let fd = event::open(&params, crate::perf::sys::gettid(), cpu)?;
-            let ring = Ring::map(fd.as_fd(), data_pages, SampleLayout { tid: false })?;
+            let ring = Ring::map(fd.as_fd(), data_pages, SampleLayout::default())?;
             event::enable(fd.as_fd())?;
             work();
             event::disable(fd.as_fd())?;
@@ -145,7 +146,7 @@ impl Replay {
     pub fn new(rec: &Recording, ranges: &[Range]) -> Result<Replay, NtStatus> {
         let page = page_size();
         let pages = rec.len().div_ceil(page).max(1).next_power_of_two();
-        let mut ring = Ring::anonymous(pages, SampleLayout { tid: false })
+        let mut ring = Ring::anonymous(pages, SampleLayout::default())
             .map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
         ring.load(&rec.bytes);
         let cpus = CpuSet::from_cpus([0]);

@@ -70,10 +70,17 @@ impl Stream {
     /// `STATUS_NOT_SUPPORTED` for a source without a perf event.
     pub(super) fn new(id: StreamId, key: StreamKey) -> Result<Stream, NtStatus> {
         let source = key.source;
+        let spec = source.perf_event().ok_or(NtStatus::NOT_SUPPORTED)?;
+        // An event sampled in the kernel (context switches, migrations, tracepoints) gives no sample at all with
+        // `exclude_kernel`: a user-space stream takes them in the kernel and counts each at the user address
+        // where the thread entered the kernel (its user ip). A stream that reaches the kernel keeps the kernel
+        // address. Creating such a profile needs the privilege to sample the kernel (`Support`).
+        let user_entry = !key.kernel && spec.sampled_in_kernel() && event::USER_IP_MASK != 0;
         let params = EventParams {
-            spec: source.perf_event().ok_or(NtStatus::NOT_SUPPORTED)?,
+            spec,
             period: source.period_for(crate::source::effective_interval(source)),
-            exclude_kernel: !key.kernel,
+            exclude_kernel: !key.kernel && !user_entry,
+            user_ip: user_entry,
             sample_tid: false,
             // Per-thread events follow the threads created later; per-CPU (global) ones see every task.
             inherit_threads: !key.target.is_global(),

@@ -73,6 +73,8 @@ impl SourceInfoRecord {
     pub(crate) fn new(info: &SourceInfo) -> SourceInfoRecord {
         let open_errno = match info.support {
             Support::OpenFailed(e) => e as u32,
+            // Refused for want of the privilege to sample the kernel: the probe's EACCES.
+            Support::NeedsKernelPrivilege => libc::EACCES as u32,
             _ => 0,
         };
         SourceInfoRecord {

@@ -20,7 +20,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::boundary::{Handle, boundary};
+use super::boundary::{CURRENT_PROCESS, CURRENT_THREAD, Handle, boundary};
 use super::probe;
 use super::sampler_records::{KNOWN_FLAGS, c_record, read_config};
 pub use super::sampler_records::{
@@ -59,6 +59,10 @@ fn with_sampler(
     reading: bool,
     f: impl FnOnce(&mut CSampler) -> Result<(), NtStatus>,
 ) -> Result<(), NtStatus> {
+    // The pseudo-handles name the current process and thread: objects of another type (as for NtStartProfile).
+    if matches!(handle as usize, CURRENT_PROCESS | CURRENT_THREAD) {
+        return Err(NtStatus::OBJECT_TYPE_MISMATCH);
+    }
     let object = {
         let table = table();
         match table.get(handle as usize)? {
@@ -127,9 +131,8 @@ fn create(handle_out: usize, config: usize) -> Result<(), NtStatus> {
     for pid in pids {
         b = b.pid(pid);
     }
-    if c.interval != 0 {
-        b = b.interval(c.interval);
-    }
+    // Interval 0 is the source's current interval, in C as in Rust.
+    b = b.interval(c.interval);
     if c.affinity != 0 {
         let mask = c.affinity as u64;
         b = b.cpus((0..64).filter(|bit| mask & (1u64 << bit) != 0));

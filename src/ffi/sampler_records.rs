@@ -196,13 +196,15 @@ pub(super) fn read_config(config: usize) -> Result<SamplerConfig, NtStatus> {
     if config % std::mem::align_of::<SamplerConfig>() != 0 {
         return Err(NtStatus::DATATYPE_MISALIGNMENT);
     }
-    let mut size = [0u8; 4];
-    probe::read_bytes(config, &mut size)?;
-    if u32::from_ne_bytes(size) as usize != std::mem::size_of::<SamplerConfig>() {
-        return Err(NtStatus::INVALID_PARAMETER);
-    }
+    // The whole structure is read before `Size` is looked at: a `Config` that is readable only in part is
+    // unreadable (`STATUS_ACCESS_VIOLATION`), whatever its `Size` field says.
     let mut bytes = [0u8; std::mem::size_of::<SamplerConfig>()];
     probe::read_bytes(config, &mut bytes)?;
+    if u32::from_ne_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize
+        != std::mem::size_of::<SamplerConfig>()
+    {
+        return Err(NtStatus::INVALID_PARAMETER);
+    }
     let u16_at = |o: usize| u16::from_ne_bytes([bytes[o], bytes[o + 1]]);
     let u32_at =
         |o: usize| u32::from_ne_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]);

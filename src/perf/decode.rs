@@ -27,16 +27,25 @@ const _: () = assert!(offset_of!(bindings::perf_event_header, type_) == 0 && HEA
 const SAMPLE_IP: u64 = HEADER;
 /// `PERF_SAMPLE_TID` (`u32 pid, tid`) follows the IP.
 const SAMPLE_TID: u64 = SAMPLE_IP + WORD;
+/// How many user registers a sample with `PERF_SAMPLE_REGS_USER` carries ([`USER_IP_MASK`](super::event::USER_IP_MASK)'s bits).
+const USER_REGS: u64 = super::event::USER_IP_MASK.count_ones() as u64;
+/// `PERF_SAMPLE_REGS_USER`'s `abi` of a sample with no user registers (a kernel thread).
+const REGS_ABI_NONE: u64 = bindings::PERF_SAMPLE_REGS_ABI_NONE as u64;
 /// `PERF_RECORD_LOST`: `u64 id, lost` after the header.
 const LOST_LOST: u64 = HEADER + WORD;
 /// `PERF_RECORD_LOST_SAMPLES`: `u64 lost` after the header.
 const LOST_SAMPLES_LOST: u64 = HEADER;
 
-/// The layout of a stream's `PERF_RECORD_SAMPLE`: always `PERF_SAMPLE_IP`, optionally `PERF_SAMPLE_TID`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The layout of a stream's `PERF_RECORD_SAMPLE`: always `PERF_SAMPLE_IP`, optionally `PERF_SAMPLE_TID`, then
+/// optionally `PERF_SAMPLE_REGS_USER` ([`USER_IP_MASK`](super::event::USER_IP_MASK), the ip last).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct SampleLayout {
     /// `PERF_SAMPLE_TID` follows the IP.
     pub tid: bool,
+    /// `PERF_SAMPLE_REGS_USER` (`abi`, then the user ip unless `abi` is `PERF_SAMPLE_REGS_ABI_NONE`) follows:
+    /// a sample that has the user ip is reported at it (an event sampled in the kernel: the address where the
+    /// thread entered the kernel); one without (a kernel thread) keeps its kernel ip.
+    pub user_ip: bool,
 }
 
 /// One decoded record. Only the kinds the consumer acts on are told apart.
@@ -96,13 +105,21 @@ pub(crate) fn decode(
         }
         let rec = match kind {
             RECORD_SAMPLE if size >= SAMPLE_IP + WORD => {
-                let ip = word(pos + SAMPLE_IP);
+                let mut ip = word(pos + SAMPLE_IP);
                 let (pid, tid) = if layout.tid && size >= SAMPLE_TID + WORD {
                     let w = word(pos + SAMPLE_TID);
                     (w as u32, (w >> u32::BITS) as u32)
                 } else {
                     (0, 0)
                 };
+                if layout.user_ip {
+                    // `abi`, then (unless `abi` is NONE) the user registers, the ip last.
+                    let regs = SAMPLE_TID + if layout.tid { WORD } else { 0 };
+                    let ip_at = regs + USER_REGS * WORD;
+                    if size >= ip_at + WORD && word(pos + regs) != REGS_ABI_NONE {
+                        ip = word(pos + ip_at);
+                    }
+                }
                 Record::Sample { ip, pid, tid }
             }
             RECORD_LOST if size >= LOST_LOST + WORD => Record::Lost(word(pos + LOST_LOST)),
@@ -162,7 +179,10 @@ mod tests {
 
     #[test]
     fn decodes_records_and_wraps() {
-        let layout = SampleLayout { tid: true };
+        let layout = SampleLayout {
+            tid: true,
+            user_ip: false,
+        };
         // A sample with tid, a lost record, a throttle, in a 64-byte ring starting 40 bytes in (it wraps).
         let recs = [
             header(RECORD_SAMPLE, 24),
@@ -197,7 +217,10 @@ mod tests {
 
     #[test]
     fn corrupt_headers_end_the_pass() {
-        let layout = SampleLayout { tid: false };
+        let layout = SampleLayout {
+            tid: false,
+            user_ip: false,
+        };
         for bad in [
             header(RECORD_SAMPLE, 0),
             header(RECORD_SAMPLE, 12),

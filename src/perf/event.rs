@@ -110,7 +110,27 @@ impl PerfEventSpec {
     pub fn is_software_or_tracepoint(&self) -> bool {
         self.type_ == abi::TYPE_SOFTWARE || self.type_ == abi::TYPE_TRACEPOINT
     }
+
+    /// True for an event whose samples the kernel takes at a kernel address, in the middle of its own code, even
+    /// for a task that runs user code: `context-switches` and `cpu-migrations` (taken in the scheduler) and
+    /// every tracepoint. With `exclude_kernel` set such an event never produces a sample; the timers, the page
+    /// and alignment faults and the hardware events are taken at the interrupted user address.
+    pub fn sampled_in_kernel(&self) -> bool {
+        (self.type_ == abi::TYPE_SOFTWARE
+            && matches!(
+                self.config,
+                abi::SW_CONTEXT_SWITCHES | abi::SW_CPU_MIGRATIONS
+            ))
+            || self.type_ == abi::TYPE_TRACEPOINT
+    }
 }
+
+/// The user registers an event [`sampled_in_kernel`](PerfEventSpec::sampled_in_kernel) records: the sampler's
+/// set (frame pointer, stack pointer, ip; the ip is the last, the highest bit), 0 where there is no register
+/// map (such an event then keeps its kernel address). Every event of this library uses the same set: the
+/// kernel works out a software event's user registers once per occurrence for every event that takes it, and
+/// an event asking for another set would get records of the wrong size.
+pub const USER_IP_MASK: u64 = super::sampler_event::USER_REGS_MASK;
 
 /// The errno of an error perf-event2 returned (EINVAL when it carries none).
 pub(super) fn errno_of(e: &std::io::Error) -> Errno {
@@ -150,6 +170,10 @@ pub struct EventParams {
     pub wakeup_watermark: usize,
     /// `precise_ip` (0 = arbitrary skid … 3 = zero skid required); see [`open_precise`].
     pub precise_ip: u8,
+    /// `PERF_SAMPLE_REGS_USER` with [`USER_IP_MASK`], after the IP (and TID): for an event
+    /// [`sampled_in_kernel`](PerfEventSpec::sampled_in_kernel), the user address where the thread entered the
+    /// kernel, which the decoder then reports as the sample's ip.
+    pub user_ip: bool,
 }
 
 /// Open one sampling event, disabled, for thread `tid` (or [`Tid::ALL_TASKS`]: every task) on CPU `cpu`.
@@ -166,6 +190,10 @@ pub fn open(params: &EventParams, tid: Tid, cpu: usize) -> Result<OwnedFd, Errno
     let mut sample = SampleFlag::IP;
     if params.sample_tid {
         sample |= SampleFlag::TID;
+    }
+    if params.user_ip {
+        sample |= SampleFlag::REGS_USER;
+        builder.sample_regs_user(USER_IP_MASK);
     }
     builder
         .one_cpu(cpu)
@@ -212,12 +240,21 @@ fn step_down_precise<T>(
 }
 
 /// Probe whether `spec` can be sampled here: open a sampling event on the calling thread (any CPU), disabled,
-/// and close it at once.
+/// and close it at once. An event [`sampled_in_kernel`](PerfEventSpec::sampled_in_kernel) is probed as it is
+/// opened for a user-space profile: with kernel samples and the user ip (so that EACCES or EPERM means that
+/// this caller may not sample the kernel).
 ///
 /// # Errors
 /// The errno of `perf_event_open(2)`.
 pub fn probe(spec: &PerfEventSpec, period: u64) -> Result<(), Errno> {
-    probe_pid(spec, period, 0)
+    let in_kernel = spec.sampled_in_kernel();
+    let mut builder = probe_builder(spec, period, 0, !in_kernel);
+    if in_kernel && USER_IP_MASK != 0 {
+        builder
+            .sample(SampleFlag::IP | SampleFlag::REGS_USER)
+            .sample_regs_user(USER_IP_MASK);
+    }
+    builder.build().map(drop).map_err(|e| errno_of(&e))
 }
 
 /// Probe whether the caller may sample process (or thread) `pid` with `spec`: the kernel's own permission check
@@ -226,6 +263,19 @@ pub fn probe(spec: &PerfEventSpec, period: u64) -> Result<(), Errno> {
 /// # Errors
 /// The errno of `perf_event_open(2)`: ESRCH (no such process), EACCES/EPERM (not allowed).
 pub fn probe_pid(spec: &PerfEventSpec, period: u64, pid: i32) -> Result<(), Errno> {
+    probe_builder(spec, period, pid, true)
+        .build()
+        .map(drop)
+        .map_err(|e| errno_of(&e))
+}
+
+/// A disabled sampling event of `spec` on `pid` (0: the calling thread), any CPU, IP only.
+fn probe_builder(
+    spec: &PerfEventSpec,
+    period: u64,
+    pid: i32,
+    exclude_kernel: bool,
+) -> Builder<'static> {
     let mut builder = Builder::new(SpecEvent(*spec));
     if pid == 0 {
         builder.observe_self();
@@ -236,10 +286,10 @@ pub fn probe_pid(spec: &PerfEventSpec, period: u64, pid: i32) -> Result<(), Errn
         .any_cpu()
         .sample_period(period)
         .sample(SampleFlag::IP)
-        .exclude_kernel(true)
+        .exclude_kernel(exclude_kernel)
         .exclude_hv(true)
         .enabled(false);
-    builder.build().map(drop).map_err(|e| errno_of(&e))
+    builder
 }
 
 /// An ioctl request of `<linux/perf_event.h>`, as `ioctl(2)` takes it.
@@ -310,6 +360,7 @@ mod tests {
             inherit_threads: true,
             wakeup_watermark: 4096,
             precise_ip,
+            user_ip: false,
         }
     }
 

@@ -316,7 +316,14 @@ mod tests {
     /// one piece straight from the ring, and the tail moves past all of them.
     #[test]
     fn drain_words_reassembles_a_record_that_wraps() {
-        let mut ring = Ring::anonymous(1, SampleLayout { tid: true }).expect("anonymous ring");
+        let mut ring = Ring::anonymous(
+            1,
+            SampleLayout {
+                tid: true,
+                user_ip: false,
+            },
+        )
+        .expect("anonymous ring");
         let size = ring.mask + 1;
         let put = |ring: &Ring, pos: u64, w: u64| {
             let off = ring.data_offset + (pos & ring.mask) as usize;

@@ -194,7 +194,7 @@ fn decode_sample(body: &[u64], misc: u16, format: SampleFormat) -> Option<Sample
     }
     let mut regs = None;
     let mut stack: &[u8] = &[];
-    if format.user_stack {
+    if format.regs {
         let abi = *body.get(at)?;
         at += 1;
         if abi != u64::from(b::PERF_SAMPLE_REGS_ABI_NONE) {
@@ -206,6 +206,15 @@ fn decode_sample(body: &[u64], misc: u16, format: SampleFormat) -> Option<Sample
             });
             at += 3;
         }
+    }
+    let (mut ip, mut kernel) = (ip, kernel);
+    if format.user_entry
+        && let Some(r) = regs
+    {
+        // Taken in the kernel for a user-space sampler: where the thread entered the kernel.
+        (ip, kernel) = (r.ip, false);
+    }
+    if format.user_stack {
         let size = usize::try_from(*body.get(at)?).ok()?;
         at += 1;
         if size > 0 {
@@ -255,7 +264,9 @@ mod tests {
     fn a_full_sample_decodes_and_every_truncation_is_refused() {
         let format = SampleFormat {
             callchain: true,
+            regs: true,
             user_stack: true,
+            user_entry: false,
         };
         let mut body = vec![0x401000, pair(10, 11), 123_456, pair(1, 0)];
         body.extend([3, b::PERF_CONTEXT_USER, 0x401000, 0x401100]);

@@ -24,8 +24,10 @@ pub struct SamplerEventParams {
     pub spec: PerfEventSpec,
     /// Sample period (ns for timers, events otherwise).
     pub period: u64,
-    /// `exclude_kernel` (and `exclude_callchain_kernel`).
+    /// `exclude_kernel`.
     pub exclude_kernel: bool,
+    /// `exclude_callchain_kernel` (with a call chain): only the user part of the chain.
+    pub exclude_callchain_kernel: bool,
     /// `inherit`: tasks created by an observed task are observed too.
     pub inherit: bool,
     /// `inherit_thread`: only threads (`CLONE_THREAD`) inherit, not new processes.
@@ -34,9 +36,13 @@ pub struct SamplerEventParams {
     pub sideband: bool,
     /// `PERF_SAMPLE_CALLCHAIN` with `sample_max_stack` frames (0: no call chain).
     pub max_stack: u16,
-    /// `PERF_SAMPLE_REGS_USER` (ip, sp, frame pointer) and `PERF_SAMPLE_STACK_USER` of this many bytes (a
-    /// multiple of 8; 0: neither).
+    /// `PERF_SAMPLE_STACK_USER` of this many bytes (a multiple of 8; 0: none), which needs `regs`.
     pub stack_user: u32,
+    /// `PERF_SAMPLE_REGS_USER` with [`USER_REGS_MASK`] (ip, sp, frame pointer).
+    pub regs: bool,
+    /// The event is sampled in the kernel ([`PerfEventSpec::sampled_in_kernel`]) for a user-space sampler:
+    /// each sample is reported at the user ip of its registers (where the thread entered the kernel).
+    pub user_entry: bool,
     /// Wake-up watermark in bytes.
     pub wakeup_watermark: usize,
 }
@@ -61,7 +67,9 @@ pub const MAX_STACK_USER: u32 = 65_528;
 pub fn format_of(params: &SamplerEventParams) -> SampleFormat {
     SampleFormat {
         callchain: params.max_stack > 0,
+        regs: params.regs || params.stack_user > 0,
         user_stack: params.stack_user > 0,
+        user_entry: params.user_entry,
     }
 }
 
@@ -99,11 +107,14 @@ pub fn open_sampler_event(
     if params.max_stack > 0 {
         sample_type |= u64::from(b::PERF_SAMPLE_CALLCHAIN);
         attr.sample_max_stack = params.max_stack;
-        attr.set_exclude_callchain_kernel(u64::from(params.exclude_kernel));
+        attr.set_exclude_callchain_kernel(u64::from(params.exclude_callchain_kernel));
+    }
+    if params.regs || params.stack_user > 0 {
+        sample_type |= u64::from(b::PERF_SAMPLE_REGS_USER);
+        attr.sample_regs_user = USER_REGS_MASK;
     }
     if params.stack_user > 0 {
-        sample_type |= u64::from(b::PERF_SAMPLE_REGS_USER) | u64::from(b::PERF_SAMPLE_STACK_USER);
-        attr.sample_regs_user = USER_REGS_MASK;
+        sample_type |= u64::from(b::PERF_SAMPLE_STACK_USER);
         attr.sample_stack_user = params.stack_user;
     }
     attr.sample_type = sample_type;
@@ -127,7 +138,11 @@ pub fn open_sampler_event(
 pub struct SampleFormat {
     /// `PERF_SAMPLE_CALLCHAIN`: `nr`, then `nr` entries.
     pub callchain: bool,
-    /// `PERF_SAMPLE_REGS_USER` with [`USER_REGS_MASK`] (`abi`, then three registers unless `abi` is NONE) and
-    /// `PERF_SAMPLE_STACK_USER` (`size`, `size` bytes, then `dyn_size` unless `size` is 0).
+    /// `PERF_SAMPLE_REGS_USER` with [`USER_REGS_MASK`]: `abi`, then three registers unless `abi` is NONE.
+    pub regs: bool,
+    /// `PERF_SAMPLE_STACK_USER` (`size`, `size` bytes, then `dyn_size` unless `size` is 0), after the registers.
     pub user_stack: bool,
+    /// Report a sample that has user registers at their ip, as a user-space sample (the event is sampled in
+    /// the kernel; the user ip is where the thread entered it).
+    pub user_entry: bool,
 }

@@ -9,13 +9,14 @@ use super::open::{Opener, Target, shortage, watermark_for};
 use super::{Sampler, SamplerBuilder, TargetSpec};
 use crate::affinity::{CpuSet, online_cpus};
 use crate::api::Process;
+use crate::engine::ThreadsPin;
 use crate::error::Error;
 use crate::perf::PerfEventSpec;
 use crate::perf::proc;
 use crate::perf::ring::Ring;
 use crate::perf::sampler_event::{self, MAX_STACK_USER, SamplerEventParams, USER_REGS_MASK};
-use crate::perf::sys::Epoll;
-use crate::source::{self, ProfileSource};
+use crate::perf::sys::{Epoll, Tid};
+use crate::source::{self, ProfileSource, Support};
 use crate::status::NtStatus;
 use crate::target::{has_system_profile_privilege, may_sample_kernel, perf_event_paranoid};
 
@@ -36,9 +37,10 @@ pub(super) fn build(b: SamplerBuilder) -> Result<Sampler, Error> {
     check_privileges(&b)?;
     let me = std::process::id();
     let targets = targets_of(&b, me)?;
+    let (pin, own) = pin_library_threads(&targets)?;
     let (interval, params, pages) = event_params(&b, spec, stack_user);
     let mut opener = Opener::new(params, &cpus, pages);
-    let processes = opener.open_all(b.global, targets)?;
+    let processes = opener.open_all(b.global, targets, &own)?;
     let epoll = Epoll::new().map_err(|e| shortage(e, "an epoll descriptor"))?;
     for (i, fd) in opener.fds.iter().enumerate() {
         epoll
@@ -65,7 +67,24 @@ pub(super) fn build(b: SamplerBuilder) -> Result<Sampler, Error> {
         source: src,
         owner: me,
         _processes: processes,
+        pin,
     })
+}
+
+/// For a sampler of the calling process: the library's threads (the profiles' consumer and jitter threads)
+/// started now, before the events open, and kept until the sampler is dropped, with their ids (the events skip
+/// them). Started later, from a thread the sampler observes, they would inherit its events.
+fn pin_library_threads(targets: &[Target]) -> Result<(Option<ThreadsPin>, Vec<Tid>), Error> {
+    if !targets.iter().any(|t| matches!(t, Target::Current)) {
+        return Ok((None, Vec::new()));
+    }
+    let (pin, own) = crate::engine::pin_threads().map_err(|status| {
+        Error::new(
+            status,
+            "could not start the library's threads, which must exist before a sampler of this process opens              its events (no thread or descriptor left): free resources and try again",
+        )
+    })?;
+    Ok((Some(pin), own))
 }
 
 /// Check 1, the arguments: the CPUs to sample (all online ones by default) and the user-stack copy's size
@@ -130,6 +149,18 @@ fn check_source(src: ProfileSource, stack_user: u32) -> Result<PerfEventSpec, Er
         )
     })?;
     let support = src.support();
+    if support == Support::NeedsKernelPrivilege {
+        return Err(Error::new(
+            support.status(),
+            format!(
+                "{} is sampled in the kernel (where the thread blocks or moves), and this caller may not sample \
+                 the kernel: run with CAP_PERFMON or CAP_SYS_ADMIN, or set kernel.perf_event_paranoid to 1 or \
+                 less (it is {})",
+                src.name(),
+                perf_event_paranoid()
+            ),
+        ));
+    }
     if !support.is_supported() {
         return Err(Error::new(
             support.status(),
@@ -225,10 +256,18 @@ fn event_params(
     } else {
         DEFAULT_RING_PAGES
     });
+    // An event sampled in the kernel (context switches, migrations, tracepoints) gives no sample at all with
+    // `exclude_kernel`: it takes kernel samples (`check_source` refused it to a caller who may not) with the
+    // user registers, and a user-space sampler reports each at the user ip, where the thread entered the
+    // kernel (the registers stay in the sample).
+    let in_kernel = spec.sampled_in_kernel() && USER_REGS_MASK != 0;
     let params = SamplerEventParams {
         spec,
         period: src.period_for(interval),
-        exclude_kernel: !b.kernel,
+        exclude_kernel: !b.kernel && !in_kernel,
+        exclude_callchain_kernel: !b.kernel,
+        regs: in_kernel,
+        user_entry: in_kernel && !b.kernel,
         inherit: !b.global,
         inherit_thread: !b.inherit,
         sideband: b.sideband,

@@ -98,10 +98,12 @@ impl SamplerBuilder {
     }
 
     /// The interval in the source's units (100 ns for the time sources, events otherwise); clamped into the
-    /// source's limits as `NtSetIntervalProfile` clamps. Default: the process's current interval for the
-    /// source ([`query_interval`](crate::query_interval)).
+    /// source's limits as `NtSetIntervalProfile` clamps. 0, like the default, means the process's current
+    /// interval for the source ([`query_interval`](crate::query_interval)), as the C configuration's
+    /// `Interval` 0 does (for the fastest interval, name the source's
+    /// [`min_interval`](ProfileSource::min_interval)).
     pub fn interval(mut self, interval: u32) -> Self {
-        self.interval = Some(interval);
+        self.interval = (interval != 0).then_some(interval);
         self
     }
 
@@ -119,8 +121,11 @@ impl SamplerBuilder {
         self
     }
 
-    /// Record frame-pointer call chains of at most `max_frames` entries (capped by
-    /// `kernel.perf_event_max_stack`); 0 (the default) records none.
+    /// Record frame-pointer call chains of at most `max_frames` addresses (capped by
+    /// `kernel.perf_event_max_stack`); 0 (the default) records none. The raw [`Sample::callchain`](
+    /// crate::Sample::callchain) also holds the kernel's context markers (`PERF_CONTEXT_USER`, ...), which the
+    /// kernel does not count against the cap: it can be longer than `max_frames` by those markers (one or two;
+    /// [`Sample::frames`](crate::Sample::frames) leaves them out).
     pub fn callchain(mut self, max_frames: u16) -> Self {
         self.callchain = max_frames;
         self

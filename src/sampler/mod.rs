@@ -125,6 +125,9 @@ pub struct Sampler {
     owner: u32,
     /// The target processes, kept open so that their pids name them for the sampler's life.
     _processes: Vec<Process>,
+    /// A sampler of the calling process keeps the library's threads running (started before its events, never
+    /// observed by them): see `build::pin_library_threads`.
+    pin: Option<crate::engine::ThreadsPin>,
 }
 
 impl std::fmt::Debug for Sampler {
@@ -331,6 +334,8 @@ impl Drop for Sampler {
             for r in self.rings.drain(..) {
                 std::mem::forget(r.ring);
             }
+            // The child's engine forgot the parent's threads and pins.
+            std::mem::forget(self.pin.take());
         }
         // The rings unmap, then the descriptors close (fields drop in order: `fds` first is fine too, a mapping
         // holds its own reference to the buffer).

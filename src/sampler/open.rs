@@ -87,11 +87,12 @@ impl Opener {
     }
 
     /// Open the events of every target (or, `global`, of every task on each CPU); the target processes are
-    /// returned, to be kept open for the sampler's life. The library's own threads are never observed.
+    /// returned, to be kept open for the sampler's life. The library's own threads `own` are never observed.
     pub(super) fn open_all(
         &mut self,
         global: bool,
         targets: Vec<Target>,
+        own: &[Tid],
     ) -> Result<Vec<Process>, Error> {
         let mut processes = Vec::new();
         if global {
@@ -100,10 +101,7 @@ impl Opener {
         }
         for target in targets {
             match target {
-                Target::Current => {
-                    let own = crate::engine::own_tids();
-                    self.open_target(&Target::Current, &own)?;
-                }
+                Target::Current => self.open_target(&Target::Current, own)?,
                 Target::Process(p) => {
                     self.open_target(&Target::Process(p.clone()), &[])?;
                     processes.push(p);
@@ -224,7 +222,7 @@ impl Opener {
     ) -> Result<Option<(Ring, OwnedFd)>, Error> {
         loop {
             let ring = loop {
-                match Ring::map(fd.as_fd(), self.pages, SampleLayout { tid: true }) {
+                match Ring::map(fd.as_fd(), self.pages, SampleLayout::default()) {
                     Ok(ring) => break ring,
                     Err(Errno::EPERM | Errno::ENOMEM) if self.pages > 1 => self.pages /= 2,
                     Err(errno) => {

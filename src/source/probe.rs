@@ -28,6 +28,11 @@ pub enum Support {
     NoPerfEvent,
     /// Opening its event failed with this errno (ENOENT: no such event or PMU on this machine).
     OpenFailed(Errno),
+    /// Its samples are taken in the kernel (context switches, CPU migrations, tracepoints: see
+    /// `docs/linux-mapping.md`), and this caller may not sample the kernel: it needs `CAP_PERFMON`,
+    /// `CAP_SYS_ADMIN` or `kernel.perf_event_paranoid <= 1`. Without kernel samples such a source would count
+    /// nothing at all, so it is refused (`STATUS_PRIVILEGE_NOT_HELD`) rather than give an empty profile.
+    NeedsKernelPrivilege,
 }
 
 impl Support {
@@ -41,6 +46,12 @@ impl Support {
         match self {
             Support::Supported => "supported".to_string(),
             Support::NoPerfEvent => "no generic perf event for this source".to_string(),
+            Support::NeedsKernelPrivilege => {
+                "its samples are taken in the kernel, which this caller may not \
+                                              sample: needs CAP_PERFMON, CAP_SYS_ADMIN or \
+                                              kernel.perf_event_paranoid <= 1"
+                    .to_string()
+            }
             Support::OpenFailed(errno) => {
                 let what = match errno {
                     Errno::ENOENT => "the event does not exist on this machine (no PMU)",
@@ -64,10 +75,13 @@ impl Support {
     }
 
     /// The status a create gets for this answer: `STATUS_SUCCESS` when supported,
-    /// `STATUS_INSUFFICIENT_RESOURCES` for a transient failure, `STATUS_NOT_SUPPORTED` otherwise.
+    /// `STATUS_INSUFFICIENT_RESOURCES` for a transient failure, `STATUS_PRIVILEGE_NOT_HELD` for
+    /// [`Support::NeedsKernelPrivilege`], `STATUS_NOT_SUPPORTED` otherwise.
     pub fn status(self) -> NtStatus {
         if self.is_supported() {
             NtStatus::SUCCESS
+        } else if self == Support::NeedsKernelPrivilege {
+            NtStatus::PRIVILEGE_NOT_HELD
         } else if self.is_transient() {
             NtStatus::INSUFFICIENT_RESOURCES
         } else {
@@ -111,6 +125,10 @@ impl ProfileSource {
                 }
                 match result {
                     Ok(()) => Support::Supported,
+                    // Probed with kernel samples (`perf::event::probe`): the kernel said this caller may not.
+                    Err(Errno::EACCES | Errno::EPERM) if spec.sampled_in_kernel() => {
+                        Support::NeedsKernelPrivilege
+                    }
                     Err(errno) => Support::OpenFailed(errno),
                 }
             }
