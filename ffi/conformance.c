@@ -9,11 +9,17 @@
  * Build: gcc -O2 -I include ffi/conformance.c -L <dir> -lntprofile -Wl,-rpath,<dir>
  */
 #define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <grp.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1221,6 +1227,298 @@ static void sampler_order_checks(void)
     }
 }
 
+/* ------------------------------------------------------------------------------------------------------------
+ * The sampler and the library's own threads: a sampler of this process made while no profile runs (the library
+ * has no thread yet), then a started profile, whose consumer and jitter threads work: none of their samples.
+ */
+#define MAX_TIDS 64
+struct tid_counts {
+    ULONG tid[MAX_TIDS];
+    ULONG samples[MAX_TIDS];
+    ULONG tids;
+    ULONG other; /* samples of a tid beyond MAX_TIDS */
+    ULONG total;
+};
+
+static VOID NTAPI count_by_tid(const NTPROFILE_RECORD *r, PVOID context)
+{
+    struct tid_counts *t = (struct tid_counts *)context;
+    if (r->Type != NtprofileRecordSample) return;
+    t->total++;
+    ULONG i = 0;
+    while (i < t->tids && t->tid[i] != r->Tid) i++;
+    if (i == t->tids && t->tids < MAX_TIDS) t->tid[t->tids++] = r->Tid;
+    if (i < t->tids)
+        t->samples[i]++;
+    else
+        t->other++;
+}
+
+/* True when thread `tid` of this process has one of the library's names (ntprofile-consumer, -jitter). */
+static int is_library_thread(ULONG tid)
+{
+    char path[64], comm[32] = {0};
+    snprintf(path, sizeof path, "/proc/self/task/%u/comm", (unsigned)tid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = fread(comm, 1, sizeof comm - 1, f);
+    fclose(f);
+    comm[n] = 0;
+    return strncmp(comm, "ntprofile-", 10) == 0;
+}
+
+static ULONG count_library_threads(void)
+{
+    ULONG n = 0;
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    if (!d) return 0;
+    while ((e = readdir(d)) != NULL)
+        if (e->d_name[0] != '.' && is_library_thread((ULONG)strtoul(e->d_name, NULL, 10))) n++;
+    closedir(d);
+    return n;
+}
+
+static void sampler_thread_checks(void)
+{
+    section("a sampler of this process never samples the library's threads, even made before they start");
+    NTPROFILE_SAMPLER_CONFIG c = sampler_config();
+    c.Interval = 500; /* 50 us (clamped to the source's minimum) */
+    HANDLE sampler = NULL;
+    EXPECT("NtprofileCreateSampler(this process)", NtprofileCreateSampler(&sampler, &c), STATUS_SUCCESS);
+    if (!sampler) return;
+    EXPECT("NtprofileEnableSampler", NtprofileEnableSampler(sampler, 1), STATUS_SUCCESS);
+    ULONG before = 0;
+    NtQueryIntervalProfile(ProfileTime, &before);
+    NtSetIntervalProfile(1000, ProfileTime); /* 100 us: the consumer has work */
+    NtprofileSetSourceJitter(ProfileTime, 50); /* and the jitter thread too */
+    SIZE_T size = (SIZE_T)0x7FFF00000000ULL;
+    ULONG counters = (ULONG)((size >> 31) + 1);
+    PULONG buf = (PULONG)calloc(counters, sizeof(ULONG));
+    HANDLE profile = NULL;
+    EXPECT("NtCreateProfile(the whole user space)",
+           NtCreateProfile(&profile, NtCurrentProcess(), (PVOID)0x10000, size - 0x10000, 31, buf,
+                           counters * (ULONG)sizeof(ULONG), ProfileTime, (KAFFINITY)-1),
+           STATUS_SUCCESS);
+    EXPECT("NtStartProfile", NtStartProfile(profile), STATUS_SUCCESS);
+    struct tid_counts t;
+    memset(&t, 0, sizeof t);
+    for (int i = 0; i < 40; i++) {
+        spin_ms(20);
+        NtprofileReadSampler(sampler, 0, count_by_tid, &t, NULL);
+    }
+    ULONG library = 0, library_threads = 0, mine = 0, self = (ULONG)syscall(SYS_gettid);
+    for (ULONG i = 0; i < t.tids; i++) {
+        if (t.tid[i] == self) mine = t.samples[i];
+        if (is_library_thread(t.tid[i])) {
+            library += t.samples[i];
+            library_threads++;
+        }
+    }
+    ULONG running = count_library_threads();
+    EXPECT("NtStopProfile", NtStopProfile(profile), STATUS_SUCCESS);
+    NTPROFILE_STATISTICS ps;
+    memset(&ps, 0, sizeof ps);
+    NtprofileQueryStatistics(profile, &ps);
+    NtClose(profile);
+    free(buf);
+    NtprofileSetSourceJitter(ProfileTime, 0);
+    NtSetIntervalProfile(before, ProfileTime);
+    printf("library threads running %u; sampled threads %u; samples %u (this thread %u, library %u); profile "
+           "counted %llu\n",
+           (unsigned)running, (unsigned)t.tids, (unsigned)t.total, (unsigned)mine, (unsigned)library,
+           (unsigned long long)ps.SamplesCounted);
+    CHECK("the library's threads ran", running >= 1, "%u", (unsigned)running);
+    CHECK("the profile's consumer had samples to count", ps.SamplesCounted >= 100, "%llu",
+          (unsigned long long)ps.SamplesCounted);
+    CHECK("this thread is sampled", mine >= 100, "%u", (unsigned)mine);
+    CHECK("no sample of the library's threads", library == 0 && library_threads == 0, "%u samples of %u threads",
+          (unsigned)library, (unsigned)library_threads);
+    EXPECT("NtClose(sampler)", NtClose(sampler), STATUS_SUCCESS);
+}
+
+/* ------------------------------------------------------------------------------------------------------------
+ * Context switches count where the thread blocked (docs/linux-mapping.md): with the privilege to sample the
+ * kernel, 100 sleeps of 1 ms are ~100 samples at libc's nanosleep code (a profile of libc, a profile of the
+ * whole user space with none outside, a sampler with user addresses and registers); without it, the source is
+ * refused with STATUS_PRIVILEGE_NOT_HELD and the listing says so.
+ */
+struct switch_counts {
+    ULONG tid;
+    ULONG mine, kernel, with_regs, in_nanosleep;
+};
+
+static int names_nanosleep(ULONGLONG address)
+{
+    Dl_info info;
+    memset(&info, 0, sizeof info);
+    return dladdr((const void *)(uintptr_t)address, &info) && info.dli_sname && strstr(info.dli_sname, "nanosleep");
+}
+
+static VOID NTAPI count_switches(const NTPROFILE_RECORD *r, PVOID context)
+{
+    struct switch_counts *s = (struct switch_counts *)context;
+    if (r->Type != NtprofileRecordSample || r->Tid != s->tid) return;
+    s->mine++;
+    if (r->Flags & NTPROFILE_RECORD_KERNEL) s->kernel++;
+    if ((r->Flags & NTPROFILE_RECORD_HAS_REGS) && r->UserIp == r->Address) s->with_regs++;
+    if (names_nanosleep(r->Address)) s->in_nanosleep++;
+}
+
+static void sleep_100_times(void)
+{
+    for (int i = 0; i < 100; i++) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The executable mapping that holds `address`: its start and length (0 when none). */
+static void mapping_of(uintptr_t address, uintptr_t *start, size_t *len)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    *start = 0;
+    *len = 0;
+    if (!f) return;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        char perms[8];
+        if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && lo <= address && address < hi && perms[2] == 'x') {
+            *start = lo;
+            *len = hi - lo;
+        }
+    }
+    fclose(f);
+}
+
+static int paranoid_level(void)
+{
+    int level = 2;
+    FILE *f = fopen("/proc/sys/kernel/perf_event_paranoid", "r");
+    if (f) {
+        if (fscanf(f, "%d", &level) != 1) level = 2;
+        fclose(f);
+    }
+    return level;
+}
+
+/* In a child without privilege: bit 0 NtCreateProfile, bit 1 NtprofileCreateSampler gave
+   STATUS_PRIVILEGE_NOT_HELD, bit 2 the listing says not supported with EACCES. */
+static int unprivileged_refusals(void)
+{
+    if (setgroups(0, NULL) != 0 || setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
+        return 0x40;
+    int bits = 0;
+    static ULONG buf[1 << 16];
+    HANDLE h = NULL;
+    NTSTATUS st = NtCreateProfile(&h, NtCurrentProcess(), (PVOID)0x10000, (SIZE_T)0x7FFF00000000ULL - 0x10000, 31,
+                                  buf, sizeof buf, ProfileLinuxContextSwitches, (KAFFINITY)-1);
+    if (st == STATUS_PRIVILEGE_NOT_HELD) bits |= 1;
+    NTPROFILE_SAMPLER_CONFIG c = sampler_config();
+    c.Source = ProfileLinuxContextSwitches;
+    if (NtprofileCreateSampler(&h, &c) == STATUS_PRIVILEGE_NOT_HELD) bits |= 2;
+    ULONG total = 0;
+    NtprofileQuerySources(NULL, 0, &total);
+    PNTPROFILE_SOURCE_INFO info = (PNTPROFILE_SOURCE_INFO)calloc(total ? total : 1, sizeof *info);
+    if (info && NtprofileQuerySources(info, total, &total) == STATUS_SUCCESS)
+        for (ULONG i = 0; i < total; i++)
+            if (info[i].Source == ProfileLinuxContextSwitches && !info[i].Supported && info[i].OpenErrno == EACCES)
+                bits |= 4;
+    free(info);
+    return bits;
+}
+
+static void context_switch_checks(void)
+{
+    section("context switches count where the thread blocked");
+    int (*sleeper)(clockid_t, int, const struct timespec *, struct timespec *) = clock_nanosleep;
+    uintptr_t nanosleep_address;
+    memcpy(&nanosleep_address, &sleeper, sizeof nanosleep_address);
+    uintptr_t libc_start;
+    size_t libc_len;
+    mapping_of(nanosleep_address, &libc_start, &libc_len);
+    CHECK("libc's code mapping found", libc_len > 0, "%#lx +%#zx", (unsigned long)libc_start, libc_len);
+    if (libc_len == 0) return;
+    if (geteuid() == 0 && paranoid_level() >= 2) {
+        pid_t child = fork();
+        if (child == 0) _exit(unprivileged_refusals());
+        int status = 0;
+        waitpid(child, &status, 0);
+        int bits = WIFEXITED(status) ? WEXITSTATUS(status) : 0x80;
+        CHECK("unprivileged: NtCreateProfile(ProfileLinuxContextSwitches) -> STATUS_PRIVILEGE_NOT_HELD", bits & 1,
+              "bits %#x", bits);
+        CHECK("unprivileged: NtprofileCreateSampler(ProfileLinuxContextSwitches) -> STATUS_PRIVILEGE_NOT_HELD",
+              bits & 2, "bits %#x", bits);
+        CHECK("unprivileged: NtprofileQuerySources says not supported, OpenErrno EACCES", bits & 4, "bits %#x", bits);
+    }
+    if (!privileged && paranoid_level() >= 2) return; /* this caller may not sample the kernel */
+
+    ULONG before = 0;
+    NtQueryIntervalProfile(ProfileLinuxContextSwitches, &before);
+    NtSetIntervalProfile(1, ProfileLinuxContextSwitches);
+    ULONG libc_counters = (ULONG)(libc_len / 16) + 1;
+    PULONG libc_buf = (PULONG)calloc(libc_counters, sizeof(ULONG));
+    SIZE_T size = (SIZE_T)0x7FFF00000000ULL - 0x10000;
+    ULONG counters = (ULONG)((size >> 31) + 1);
+    PULONG whole_buf = (PULONG)calloc(counters, sizeof(ULONG));
+    HANDLE in_libc = NULL, whole = NULL, sampler = NULL;
+    EXPECT("NtCreateProfile(libc, ProfileLinuxContextSwitches)",
+           NtCreateProfile(&in_libc, NtCurrentProcess(), (PVOID)libc_start, libc_len, 4, libc_buf,
+                           libc_counters * (ULONG)sizeof(ULONG), ProfileLinuxContextSwitches, (KAFFINITY)-1),
+           STATUS_SUCCESS);
+    EXPECT("NtCreateProfile(user space, ProfileLinuxContextSwitches)",
+           NtCreateProfile(&whole, NtCurrentProcess(), (PVOID)0x10000, size, 31, whole_buf,
+                           counters * (ULONG)sizeof(ULONG), ProfileLinuxContextSwitches, (KAFFINITY)-1),
+           STATUS_SUCCESS);
+    NTPROFILE_SAMPLER_CONFIG c = sampler_config();
+    c.Source = ProfileLinuxContextSwitches;
+    c.Interval = 1;
+    EXPECT("NtprofileCreateSampler(ProfileLinuxContextSwitches)", NtprofileCreateSampler(&sampler, &c),
+           STATUS_SUCCESS);
+    NtStartProfile(in_libc);
+    NtStartProfile(whole);
+    NtprofileEnableSampler(sampler, 1);
+    sleep_100_times();
+    NtprofileEnableSampler(sampler, 0);
+    NtStopProfile(whole);
+    NtStopProfile(in_libc);
+    NtSetIntervalProfile(before, ProfileLinuxContextSwitches);
+    struct switch_counts s;
+    memset(&s, 0, sizeof s);
+    s.tid = (ULONG)syscall(SYS_gettid);
+    NtprofileReadSampler(sampler, 0, count_switches, &s, NULL);
+    NTPROFILE_STATISTICS ls, ws;
+    memset(&ls, 0, sizeof ls);
+    memset(&ws, 0, sizeof ws);
+    NtprofileQueryStatistics(in_libc, &ls);
+    NtprofileQueryStatistics(whole, &ws);
+    ULONG hot = 0;
+    for (ULONG i = 1; i < libc_counters; i++)
+        if (libc_buf[i] > libc_buf[hot]) hot = i;
+    ULONGLONG hot_address = (ULONGLONG)libc_start + (ULONGLONG)hot * 16;
+    printf("libc: %llu counted, hottest bucket %#llx with %u; user space: %llu counted, %llu outside; sampler: %u "
+           "of this thread, %u kernel, %u with registers, %u in nanosleep\n",
+           (unsigned long long)ls.SamplesCounted, (unsigned long long)hot_address, (unsigned)libc_buf[hot],
+           (unsigned long long)ws.SamplesCounted, (unsigned long long)ws.SamplesOutside, (unsigned)s.mine,
+           (unsigned)s.kernel, (unsigned)s.with_regs, (unsigned)s.in_nanosleep);
+    CHECK("libc counts the 100 switches", ls.SamplesCounted >= 95 && ls.SamplesCounted <= 160, "%llu",
+          (unsigned long long)ls.SamplesCounted);
+    CHECK("the hottest libc bucket is nanosleep code", names_nanosleep(hot_address) && libc_buf[hot] >= 90,
+          "%#llx: %u", (unsigned long long)hot_address, (unsigned)libc_buf[hot]);
+    CHECK("the user space counts them, none outside", ws.SamplesCounted >= 95 && ws.SamplesOutside == 0,
+          "%llu counted, %llu outside", (unsigned long long)ws.SamplesCounted, (unsigned long long)ws.SamplesOutside);
+    CHECK("the sampler has them, at user addresses with the registers",
+          s.mine >= 95 && s.mine <= 160 && s.kernel == 0 && s.with_regs == s.mine && s.in_nanosleep >= 90,
+          "%u samples, %u kernel, %u with registers, %u in nanosleep", (unsigned)s.mine, (unsigned)s.kernel,
+          (unsigned)s.with_regs, (unsigned)s.in_nanosleep);
+    NtClose(sampler);
+    NtClose(whole);
+    NtClose(in_libc);
+    free(libc_buf);
+    free(whole_buf);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -1238,6 +1536,8 @@ int main(void)
     sampling_checks();
     zw_checks();
     sampler_order_checks();
+    sampler_thread_checks();
+    context_switch_checks();
 
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -105,7 +105,9 @@ static SUPPORT: [std::sync::OnceLock<Support>; TABLE_SIZE] =
 impl ProfileSource {
     /// Whether this source's event opens on this machine: probed (a sampling event on the calling thread,
     /// opened disabled and closed at once), then cached — unless the probe failed for a passing reason
-    /// ([`Support::is_transient`]: no free descriptor, ...), which is answered but never cached.
+    /// ([`Support::is_transient`]: no free descriptor, ...), which is answered but never cached. A source
+    /// sampled in the kernel (context switches, CPU migrations) is probed with kernel samples at every call:
+    /// its answer depends on the caller's privilege ([`Support::NeedsKernelPrivilege`]).
     pub fn support(self) -> Support {
         let cell = &SUPPORT[self.table_index()];
         if let Some(known) = cell.get() {
@@ -133,7 +135,11 @@ impl ProfileSource {
                 }
             }
         };
-        if answer.is_transient() {
+        // A passing shortage is asked again; so is the answer for an event sampled in the kernel, which
+        // depends on the caller's privilege, and that can change (a set*uid(), a forked child that drops its
+        // capabilities).
+        let depends_on_privilege = self.perf_event().is_some_and(|s| s.sampled_in_kernel());
+        if answer.is_transient() || depends_on_privilege {
             return answer;
         }
         *cell.get_or_init(|| answer)
