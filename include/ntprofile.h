@@ -561,12 +561,14 @@ typedef struct _NTPROFILE_SAMPLER_CONFIG {
     ULONG Size;              /* sizeof(NTPROFILE_SAMPLER_CONFIG); else STATUS_INVALID_PARAMETER */
     ULONG Flags;             /* NTPROFILE_SAMPLER_* */
     KPROFILE_SOURCE Source;
-    ULONG Interval;          /* 0 = the source's current interval; else clamped as NtSetIntervalProfile does */
+    ULONG Interval;          /* 0 = the source's current interval (as Rust's .interval(0)); else clamped as
+                                NtSetIntervalProfile does */
     ULONG ProcessCount;      /* 0 and no GLOBAL flag = the current process */
     ULONG Reserved0;         /* 0 */
     const ULONG *ProcessIds; /* ProcessCount Linux pids */
     KAFFINITY Affinity;      /* processors of group 0; 0 = every online processor */
-    USHORT MaxCallchain;     /* 0 = no call chain; else at most this many entries (capped by the kernel) */
+    USHORT MaxCallchain;     /* 0 = no call chain; else at most this many addresses (capped by the kernel), and
+                                the context markers besides (see CallchainCount) */
     USHORT Reserved1;        /* 0 */
     ULONG UserStackSize;     /* 0 = no user stack copy; else bytes per sample (rounded to 8, at most 65528) */
     ULONG RingPages;         /* data pages per CPU ring, a power of two; 0 = the default */
@@ -585,7 +587,10 @@ typedef enum _NTPROFILE_RECORD_TYPE {
 } NTPROFILE_RECORD_TYPE;
 
 /* NTPROFILE_RECORD.Flags */
-#define NTPROFILE_RECORD_KERNEL   0x1u /* Sample: the ip is in the kernel */
+#define NTPROFILE_RECORD_KERNEL   0x1u /* Sample: the ip is in the kernel. A context-switch or migration sample
+                                          of a sampler without NTPROFILE_SAMPLER_KERNEL is reported at the user
+                                          address where the thread entered the kernel (Address == UserIp,
+                                          HAS_REGS set, KERNEL clear); docs/linux-mapping.md */
 #define NTPROFILE_RECORD_EXEC     0x2u /* Comm: the comm changed because of an exec */
 #define NTPROFILE_RECORD_HAS_REGS 0x4u /* Sample: UserIp, UserSp and UserBp are valid */
 
@@ -604,7 +609,8 @@ typedef struct _NTPROFILE_RECORD {
     ULONGLONG Offset;         /* Mmap: file offset (pgoff) */
     ULONG Protection;         /* Mmap: PROT_* */
     ULONG MapFlags;           /* Mmap: MAP_* */
-    ULONG CallchainCount;     /* entries at Callchain */
+    ULONG CallchainCount;     /* entries at Callchain: at most MaxCallchain addresses plus the kernel's context
+                                 markers (one before each part: kernel, user), so up to MaxCallchain + 2 */
     ULONG StackSize;          /* bytes at Stack */
     const ULONGLONG *Callchain; /* raw, with the kernel's PERF_CONTEXT_* markers; NULL when empty */
     ULONGLONG UserIp, UserSp, UserBp; /* valid with NTPROFILE_RECORD_HAS_REGS; Stack starts at UserSp */
@@ -615,7 +621,9 @@ typedef struct _NTPROFILE_RECORD {
 } NTPROFILE_RECORD, *PNTPROFILE_RECORD;
 
 /* Called for each record, on the caller's thread, inside NtprofileReadSampler. The record and everything it
- * points to live only during the call: copy what you keep. */
+ * points to live only during the call: copy what you keep. The routine must return normally: never leave it
+ * with longjmp, a C++ exception or pthread_exit: the read is then half-way through a ring with state that only
+ * a normal return puts back, and jumping over the library's frames is undefined behaviour. */
 typedef VOID (NTAPI *PNTPROFILE_RECORD_ROUTINE)(const NTPROFILE_RECORD *Record, PVOID Context);
 
 typedef struct _NTPROFILE_SAMPLER_STATISTICS {
@@ -628,19 +636,38 @@ typedef struct _NTPROFILE_SAMPLER_STATISTICS {
     ULONG Reserved;
 } NTPROFILE_SAMPLER_STATISTICS, *PNTPROFILE_SAMPLER_STATISTICS;
 
-/* NtprofileCreateSampler -- open a sampler's events, disabled, and write its handle. Statuses, in order:
- * STATUS_ACCESS_VIOLATION (SamplerHandle not writable, Config or ProcessIds not readable);
- * STATUS_INVALID_PARAMETER (Config NULL, Size wrong, an unknown flag or a non-zero Reserved field, GLOBAL with
- * ProcessCount, ProcessIds NULL with a count, RingPages not a power of two, UserStackSize above 65528, Affinity
- * naming no online processor); STATUS_DATATYPE_MISALIGNMENT (Config or ProcessIds misaligned);
- * STATUS_NOT_SUPPORTED (the source cannot be sampled here); STATUS_PRIVILEGE_NOT_HELD (GLOBAL or KERNEL without
- * the privilege); STATUS_INVALID_CID (no such pid); STATUS_ACCESS_DENIED (a process the caller may not
- * profile); STATUS_INSUFFICIENT_RESOURCES (descriptors, memory or ring memory ran out). A target that exits
- * before or during the call is no error: TargetsExited is then 1. Close it with NtClose. */
+/* NtprofileCreateSampler -- open a sampler's events, disabled, and write its handle. The checks, in the order
+ * they run (a call with several faults gets the status of the first it fails):
+ *  1. SamplerHandle not writable -> STATUS_ACCESS_VIOLATION (no alignment rule, as for NtCreateProfile's
+ *     ProfileHandle: a misaligned SamplerHandle is written all the same);
+ *  2. Config NULL -> STATUS_INVALID_PARAMETER; misaligned (not 8-byte aligned) -> STATUS_DATATYPE_MISALIGNMENT;
+ *     not readable over all sizeof(NTPROFILE_SAMPLER_CONFIG) bytes -> STATUS_ACCESS_VIOLATION (whatever Size
+ *     says); Size wrong -> STATUS_INVALID_PARAMETER;
+ *  3. an unknown flag or a non-zero Reserved field, GLOBAL with ProcessCount, more than 65536 pids, ProcessIds
+ *     NULL with a count -> STATUS_INVALID_PARAMETER;
+ *  4. ProcessIds misaligned (not 4-byte aligned) -> STATUS_DATATYPE_MISALIGNMENT; not readable ->
+ *     STATUS_ACCESS_VIOLATION;
+ *  5. Source a value that is no source -> STATUS_NOT_SUPPORTED;
+ *  6. RingPages not a power of two up to 2^20, UserStackSize above 65528, Affinity naming a processor that is
+ *     not online -> STATUS_INVALID_PARAMETER;
+ *  7. a known source that cannot be sampled here -> STATUS_NOT_SUPPORTED, or STATUS_PRIVILEGE_NOT_HELD for a
+ *     source sampled in the kernel (ProfileLinuxContextSwitches, ProfileLinuxCpuMigrations) when the caller
+ *     may not sample the kernel;
+ *  8. GLOBAL or KERNEL without the privilege -> STATUS_PRIVILEGE_NOT_HELD;
+ *  9. the pids: no such pid -> STATUS_INVALID_CID; a process the caller may not profile ->
+ *     STATUS_ACCESS_DENIED;
+ * 10. descriptors, memory or ring memory ran out -> STATUS_INSUFFICIENT_RESOURCES.
+ * So an unknown Source comes before a bad RingPages or Affinity, a misaligned ProcessIds before a bad RingPages,
+ * a misaligned Config before its Size. A target that exits before or during the call is no error:
+ * TargetsExited is then 1. Interval 0 is the source's current interval (as Interval(0) in Rust). A sampler of
+ * the current process never samples the library's own threads (they are started before its events open and
+ * kept while it lives). Close it with NtClose. */
 NTSYSCALLAPI NTSTATUS NTAPI NtprofileCreateSampler(PHANDLE SamplerHandle, const NTPROFILE_SAMPLER_CONFIG *Config);
 
 /* NtprofileEnableSampler -- start (Enable TRUE) or stop (FALSE) sampling; records already written stay
- * readable. */
+ * readable. For this call, NtprofileReadSampler and NtprofileQuerySamplerStatistics: a profile or process handle,
+ * or the pseudo-handles NtCurrentProcess() and NtCurrentThread(), -> STATUS_OBJECT_TYPE_MISMATCH (as
+ * NtStartProfile answers for them); a closed or unknown handle -> STATUS_INVALID_HANDLE. */
 NTSYSCALLAPI NTSTATUS NTAPI NtprofileEnableSampler(HANDLE SamplerHandle, BOOLEAN Enable);
 
 /* NtprofileReadSampler -- wait up to TimeoutMilliseconds (0 = do not wait) until a ring holds a quarter of its

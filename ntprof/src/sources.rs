@@ -53,7 +53,10 @@ pub fn run() -> Result<String, String> {
         out,
         "\ncurrent = what NtQueryIntervalProfile returns (0 for a source not supported here).\n\
          NtSetIntervalProfile clamps a new interval into [min, max]; the Timer's min follows\n\
-         perf_event_max_sample_rate and the 10 us cpu-clock floor."
+         perf_event_max_sample_rate and the 10 us cpu-clock floor.\n\
+         context-switches and cpu-migrations are sampled in the kernel: each sample counts at the user\n\
+         address where the thread entered the kernel. They need the privilege to sample the kernel\n\
+         (CAP_PERFMON, CAP_SYS_ADMIN or perf_event_paranoid <= 1); without it they are refused (\"no\")."
     );
     Ok(out)
 }

@@ -888,3 +888,38 @@ fn threads_created_later_are_profiled() {
         "{hot} vs {expected:.0}"
     );
 }
+
+/// `ntprof sources` says whether context switches and migrations, which the kernel samples in its own code,
+/// can be sampled by this user: yes with the privilege to sample the kernel (root here), no with the reason
+/// without it (dropped with setpriv, where perf_event_paranoid >= 2).
+#[test]
+fn sources_say_which_user_may_sample_context_switches() {
+    let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(2);
+    let line_of = |out: &Output, event: &str| -> String {
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(out.status.success(), "ntprof sources failed:\n{text}");
+        text.lines()
+            .find(|l| l.contains(&format!(" {event} ")))
+            .unwrap_or_else(|| panic!("no {event} line:\n{text}"))
+            .to_string()
+    };
+    let here = |line: &str| line.split_whitespace().nth(2).unwrap_or("").to_string();
+    for event in ["context-switches", "cpu-migrations"] {
+        if is_root() {
+            let line = line_of(&ntprof(&["sources"]), event);
+            assert_eq!(here(&line), "yes", "{line}");
+        }
+        if paranoid >= 2 && is_root() {
+            let out = ntprof_as(&["sources"], Duration::from_secs(60), true);
+            let line = line_of(&out, event);
+            assert_eq!(here(&line), "no", "{line}");
+            assert!(
+                line.contains("taken in the kernel") && line.contains("CAP_PERFMON"),
+                "the reason names the privilege: {line}"
+            );
+        }
+    }
+}

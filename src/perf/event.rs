@@ -125,12 +125,27 @@ impl PerfEventSpec {
     }
 }
 
+/// The user registers a sample carries: the frame pointer, the stack pointer and the instruction pointer, in
+/// the order of their bits in the mask (ascending), which is the order the kernel writes them in.
+#[cfg(target_arch = "x86_64")]
+pub const USER_REGS_MASK: u64 = 1 << bindings::PERF_REG_X86_BP
+    | 1 << bindings::PERF_REG_X86_SP
+    | 1 << bindings::PERF_REG_X86_IP;
+/// The user registers a sample carries (`x29`, `sp`, `pc`), in the order the kernel writes them.
+#[cfg(target_arch = "aarch64")]
+pub const USER_REGS_MASK: u64 = 1 << bindings::PERF_REG_ARM64_X29
+    | 1 << bindings::PERF_REG_ARM64_SP
+    | 1 << bindings::PERF_REG_ARM64_PC;
+/// No user-register dump on this architecture (a sampler with a user stack is not supported here).
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub const USER_REGS_MASK: u64 = 0;
+
 /// The user registers an event [`sampled_in_kernel`](PerfEventSpec::sampled_in_kernel) records: the sampler's
 /// set (frame pointer, stack pointer, ip; the ip is the last, the highest bit), 0 where there is no register
 /// map (such an event then keeps its kernel address). Every event of this library uses the same set: the
 /// kernel works out a software event's user registers once per occurrence for every event that takes it, and
 /// an event asking for another set would get records of the wrong size.
-pub const USER_IP_MASK: u64 = super::sampler_event::USER_REGS_MASK;
+pub const USER_IP_MASK: u64 = USER_REGS_MASK;
 
 /// The errno of an error perf-event2 returned (EINVAL when it carries none).
 pub(super) fn errno_of(e: &std::io::Error) -> Errno {

@@ -47,18 +47,8 @@ pub struct SamplerEventParams {
     pub wakeup_watermark: usize,
 }
 
-/// The user registers a sample carries: the frame pointer, the stack pointer and the instruction pointer, in
-/// the order of their bits in the mask (ascending), which is the order the kernel writes them in.
-#[cfg(target_arch = "x86_64")]
-pub const USER_REGS_MASK: u64 =
-    1 << b::PERF_REG_X86_BP | 1 << b::PERF_REG_X86_SP | 1 << b::PERF_REG_X86_IP;
-/// The user registers a sample carries (`x29`, `sp`, `pc`), in the order the kernel writes them.
-#[cfg(target_arch = "aarch64")]
-pub const USER_REGS_MASK: u64 =
-    1 << b::PERF_REG_ARM64_X29 | 1 << b::PERF_REG_ARM64_SP | 1 << b::PERF_REG_ARM64_PC;
-/// No user-register dump on this architecture (a sampler with a user stack is not supported here).
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-pub const USER_REGS_MASK: u64 = 0;
+/// The user registers a sample carries (defined with the other events' attributes, in `event`).
+pub use super::event::USER_REGS_MASK;
 
 /// The largest user-stack copy the kernel accepts: below `u16::MAX` and a multiple of 8.
 pub const MAX_STACK_USER: u32 = 65_528;

@@ -45,7 +45,11 @@
 //! events open are caught by scanning again until the thread list is stable (as the engine does). A global
 //! sampler opens one event per CPU for every task. Samples carry `IP|TID|TIME|CPU` (+`CALLCHAIN`,
 //! +`REGS_USER|STACK_USER`); every record carries pid, tid, time and CPU (`sample_id_all`); times are
-//! `CLOCK_MONOTONIC` nanoseconds ([`sampler_clock_ns`]).
+//! `CLOCK_MONOTONIC` nanoseconds ([`sampler_clock_ns`]). A source the kernel samples in its own code (context
+//! switches, CPU migrations) also takes kernel samples with `REGS_USER`, and a user-space sampler reports each
+//! at the user ip where the thread entered the kernel (`docs/linux-mapping.md`). A sampler of the calling
+//! process starts the library's threads before its events open and keeps them while it lives, so that they
+//! never inherit its events.
 //!
 //! Rings: `ring_pages` data pages per CPU (default 128, 512 with a user-stack copy), halved while the
 //! locked-memory budget (`kernel.perf_event_mlock_kb` and `RLIMIT_MEMLOCK`) refuses the mapping; the wake-up

@@ -157,6 +157,7 @@ fn hardware_sources_answer_honestly() {
                 check_unsupported(s);
             }
             Support::NoPerfEvent => panic!("{s:?} has a perf event but reports NoPerfEvent"),
+            Support::NeedsKernelPrivilege => panic!("{s:?} is not sampled in the kernel"),
         }
     }
 }
@@ -232,6 +233,7 @@ fn hardware_sampling_hits_the_hot_function() {
                 check_unsupported(s);
             }
             Support::NoPerfEvent => panic!("{s:?} has a perf event"),
+            Support::NeedsKernelPrivilege => panic!("{s:?} is not sampled in the kernel"),
         }
     }
 }

@@ -240,6 +240,7 @@ fn check_c_listing(list: &[ntprofile::SourceInfo]) {
             supported: u32::from(info.support.is_supported()),
             errno: match info.support {
                 Support::OpenFailed(e) => e as u32,
+                Support::NeedsKernelPrivilege => libc::EACCES as u32,
                 _ => 0,
             },
             unit: match info.unit {
