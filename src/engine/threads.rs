@@ -1,9 +1,11 @@
 //! The lifecycles of the library's two threads: the consumer thread (reads the rings, counts) and the jitter
-//! thread (re-draws jittered periods). Both start with the first stream and stop when the last stream closes,
-//! so an idle process keeps no thread of ours; neither is ever observed, and both block every signal.
+//! thread (re-draws jittered periods). Both start with the first stream (or earlier, for a sampler of the
+//! calling process: `engine::pin_threads`) and stop when the last stream closes and no sampler of the calling
+//! process is left, so an idle process keeps no thread of ours; neither is ever observed, and both block every
+//! signal.
 //!
-//! The consumer thread is created while no stream exists, and it creates the jitter thread itself, so neither
-//! inherits a perf event.
+//! The consumer thread is created while no stream exists and before any sampler of the calling process opens
+//! its events, and it creates the jitter thread itself, so neither inherits a perf event.
 
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;

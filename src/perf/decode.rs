@@ -216,6 +216,48 @@ mod tests {
     }
 
     #[test]
+    fn a_user_ip_layout_reports_the_user_ip() {
+        let layout = SampleLayout {
+            tid: true,
+            user_ip: true,
+        };
+        let regs = USER_REGS as usize;
+        // A sample with user registers (abi 2 = 64-bit, the ip last), then one of a kernel thread (abi NONE).
+        let mut words = vec![
+            header(RECORD_SAMPLE, 8 * (4 + regs as u64)),
+            0xffff_ffff_8100_0000,
+            (7u64 << 32) | 5,
+            2,
+        ];
+        words.extend((0..regs as u64).map(|i| 0x40_1000 + i));
+        words.extend([
+            header(RECORD_SAMPLE, 32),
+            0xffff_ffff_8100_0040,
+            (9u64 << 32) | 9,
+            REGS_ABI_NONE,
+        ]);
+        let data = ring_of(&words, 128);
+        let mut got = Vec::new();
+        let (pos, n) = decode_slice(&data, 0, 8 * words.len() as u64, layout, |r| got.push(r));
+        assert_eq!((pos, n), (8 * words.len() as u64, 2));
+        assert_eq!(
+            got,
+            [
+                Record::Sample {
+                    ip: 0x40_1000 + regs as u64 - 1,
+                    pid: 5,
+                    tid: 7
+                },
+                Record::Sample {
+                    ip: 0xffff_ffff_8100_0040,
+                    pid: 9,
+                    tid: 9
+                }
+            ]
+        );
+    }
+
+    #[test]
     fn corrupt_headers_end_the_pass() {
         let layout = SampleLayout {
             tid: false,
