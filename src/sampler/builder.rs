@@ -158,7 +158,9 @@ impl SamplerBuilder {
     /// # Errors
     /// In this order: `STATUS_INVALID_PARAMETER` (a global sampler naming processes, a CPU not online, a ring
     /// size that is not a power of two, a user-stack size above 65528), `STATUS_NOT_SUPPORTED` (the source has
-    /// no perf event here, or a user-stack copy on an architecture without a register map),
+    /// no perf event here, or a user-stack copy on an architecture without a register map) or
+    /// `STATUS_PRIVILEGE_NOT_HELD` (a source the kernel samples in its own code, as context switches, without the
+    /// privilege to sample the kernel: [`Support::NeedsKernelPrivilege`](crate::Support::NeedsKernelPrivilege)),
     /// `STATUS_PRIVILEGE_NOT_HELD` (global or kernel sampling without the privilege), `STATUS_INVALID_CID` (no
     /// such pid), `STATUS_ACCESS_DENIED` (the caller may not profile a target), `STATUS_INSUFFICIENT_RESOURCES`
     /// (descriptors, memory or ring memory ran out: a passing shortage, never the arguments' fault).
