@@ -113,12 +113,7 @@ pub(crate) fn decode(
                     (0, 0)
                 };
                 if layout.user_ip {
-                    // `abi`, then (unless `abi` is NONE) the user registers, the ip last.
-                    let regs = SAMPLE_TID + if layout.tid { WORD } else { 0 };
-                    let ip_at = regs + USER_REGS * WORD;
-                    if size >= ip_at + WORD && word(pos + regs) != REGS_ABI_NONE {
-                        ip = word(pos + ip_at);
-                    }
+                    ip = user_entry_ip(&mut word, pos, size, layout.tid, ip);
                 }
                 Record::Sample { ip, pid, tid }
             }
@@ -135,6 +130,26 @@ pub(crate) fn decode(
         pos += size;
     }
     (pos, n)
+}
+
+/// The user ip of the sample at `pos` (`size` bytes) whose registers follow the IP (and TID, `tid`): `abi`, then
+/// (unless `abi` is NONE) the user registers, the ip last; `ip` when it has none (a kernel thread). Kept out of
+/// the decoding loop, which costs one test per sample for it.
+#[inline(never)]
+fn user_entry_ip(
+    word: &mut impl FnMut(u64) -> u64,
+    pos: u64,
+    size: u64,
+    tid: bool,
+    ip: u64,
+) -> u64 {
+    let regs = SAMPLE_TID + if tid { WORD } else { 0 };
+    let ip_at = regs + USER_REGS * WORD;
+    if size >= ip_at + WORD && word(pos + regs) != REGS_ABI_NONE {
+        word(pos + ip_at)
+    } else {
+        ip
+    }
 }
 
 /// [`decode`] over a byte slice standing for a ring's data area (its length a power of two, at least 8):
