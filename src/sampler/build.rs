@@ -81,7 +81,8 @@ fn pin_library_threads(targets: &[Target]) -> Result<(Option<ThreadsPin>, Vec<Ti
     let (pin, own) = crate::engine::pin_threads().map_err(|status| {
         Error::new(
             status,
-            "could not start the library's threads, which must exist before a sampler of this process opens              its events (no thread or descriptor left): free resources and try again",
+            "could not start the library's threads, which must exist before a sampler of this process opens \
+             its events (no thread or descriptor left): free resources and try again",
         )
     })?;
     Ok((Some(pin), own))
