@@ -34,7 +34,8 @@ pub enum Command {
     Sources,
     /// Profile a bundled workload inside ntprof itself (the in-process use of the API).
     Demo(DemoOptions),
-    /// Render a saved JSON profile (--json FILE) again, in any format, without re-running.
+    /// Render a saved JSON profile again (ntprof report FILE.json), in any format, without re-running.
+    #[command(after_help = REPORT_AFTER_HELP)]
     Report(crate::report_cmd::ReportArgs),
 }
 
@@ -52,6 +53,14 @@ Examples:
   ntprof record -g --format folded -o prog.folded -- ./prog   folded stacks for flamegraph.pl, speedscope
 
 The exit status is the command's (128 + N when a signal N killed it); 127 when it cannot be run.";
+
+const REPORT_AFTER_HELP: &str = "\
+Examples:
+  ntprof record --json prof.json -- ./prog   record once, keeping the JSON profile
+  ntprof report prof.json                    the text report again
+  ntprof report --call-tree prof.json        with the call tree
+  ntprof report prof.json --format pprof -o prof.pb.gz   any other format
+  ntprof report - < prof.json                from standard input";
 
 /// The profiling options shared by `record` and `attach`.
 #[derive(Debug, Clone, Args)]
