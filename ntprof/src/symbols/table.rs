@@ -161,6 +161,25 @@ mod tests {
     }
 
     #[test]
+    fn an_unsized_symbol_stops_at_the_end_of_its_section() {
+        // A program's `_init` (unsized, in .init 0x1000..0x1017), then .plt without symbols, then `main`.
+        let t = SymbolTable::ranked_in_sections(vec![
+            (sym(0x1000, 0, "_init"), Binding::Global, 0x1017),
+            (sym(0x1100, 0x40, "main"), Binding::Global, 0x1200),
+            (sym(0x1180, 0, "label"), Binding::Local, u64::MAX),
+        ]);
+        assert_eq!(t.lookup(0x1016).map(|s| s.name.as_str()), Some("_init"));
+        assert_eq!(
+            t.lookup(0x1017),
+            None,
+            "the .plt after .init is not _init's"
+        );
+        assert_eq!(t.lookup(0x1050), None);
+        // Without a known section, up to the next symbol as before.
+        assert_eq!(t.lookup(0x11ff).map(|s| s.name.as_str()), Some("label"));
+    }
+
+    #[test]
     fn aliases_give_the_name_a_user_knows() {
         use Binding::*;
         // libc's malloc with its debug file: a global name, a global internal one, a local internal one.
