@@ -341,3 +341,164 @@ fn plt_stubs_are_named_in_stacks_from_frame_pointers_and_dwarf() {
         eprintln!("{options:?} {module}: {in_stub} stacks in plt_three@plt");
     }
 }
+
+/// `ntprof record -q OPTIONS --json BASE.json --flamegraph BASE.svg -- PROGRAM ARGS`, then the text report of that
+/// JSON with its call tree: (JSON, text, SVG path).
+fn record_with_text(
+    tag: &str,
+    options: &[&str],
+    program: &Path,
+    args: &[&str],
+) -> (Value, String, PathBuf) {
+    let base = dir().join(tag);
+    let (json, svg) = (base.with_extension("json"), base.with_extension("svg"));
+    let mut cmd = Command::new(NTPROF);
+    cmd.args(["record", "-q", "-i", "2000"])
+        .args(options)
+        .arg("--json")
+        .arg(&json)
+        .arg("--flamegraph")
+        .arg(&svg)
+        .arg("--")
+        .arg(program)
+        .args(args);
+    let out = run_bounded(cmd, LIMIT);
+    assert!(
+        out.status.success(),
+        "ntprof: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = run_bounded(
+        Command::new(NTPROF)
+            .args(["report", "--call-tree"])
+            .arg(&json),
+        LIMIT,
+    );
+    assert!(
+        text.status.success(),
+        "{}",
+        String::from_utf8_lossy(&text.stderr)
+    );
+    (
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap(),
+        String::from_utf8(text.stdout).unwrap(),
+        svg,
+    )
+}
+
+/// The C++ program of the stack tests (templates, a class, an inlined `std::sort` with a lambda).
+fn cpp_program() -> PathBuf {
+    let out = dir().join("names_cpp");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/stacks/stacks_cpp.cpp");
+    let built = Command::new("g++")
+        .args(["-O2", "-g", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .output()
+        .expect("run g++");
+    assert!(
+        built.status.success(),
+        "g++: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    out
+}
+
+#[test]
+fn cpp_names_in_the_text_tables_lose_parameters_and_return_types_json_keeps_them() {
+    let program = cpp_program();
+    let (json, text, svg) = record_with_text("cpp", &["--call-graph", "dwarf"], &program, &["1"]);
+    let s = &json["sources"][0];
+    // JSON: the full demangled names.
+    let full_add =
+        "Accumulator<double>::add(std::vector<double, std::allocator<double> > const&, int)";
+    assert!(
+        s["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["name"] == full_add),
+        "{}",
+        s["functions"]
+    );
+    assert!(
+        s["locations"].as_array().unwrap().iter().any(|l| l["function"]
+            == "double run_kernel<Accumulator<double>, double>(Accumulator<double>&, std::vector<double, std::allocator<double> > const&, int)"),
+        "the caller's full name in the JSON locations"
+    );
+    // Text: the functions table, the callers and the call tree without parameter lists and return types.
+    let table: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.contains("Function") || !l.contains("Module"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    assert!(
+        table
+            .iter()
+            .any(|l| l.contains("  Accumulator<double>::add  ")),
+        "{text}"
+    );
+    for l in &table {
+        assert!(
+            !l.contains('(') || l.contains("[clone"),
+            "a parameter list in the table: {l}\n{text}"
+        );
+    }
+    let called_from = &text[text.find("Called from").expect(&text)..];
+    assert!(
+        called_from.contains("Accumulator<double>::add  self"),
+        "{called_from}"
+    );
+    assert!(
+        called_from.contains("  run_kernel<Accumulator<double>, double>\n"),
+        "the caller without its return type and parameters: {called_from}"
+    );
+    let tree = &text[text.find("Call tree").expect(&text)..];
+    for name in [
+        "main\n",
+        "Engine::step\n",
+        "run_kernel<Accumulator<float>, float>\n",
+        "Engine::reorder\n",
+    ] {
+        assert!(tree.contains(&format!("  {name}")), "{name}: {tree}");
+    }
+    assert!(
+        !tree.contains("(int)") && !tree.contains("const&"),
+        "{tree}"
+    );
+    println!("{text}");
+    // The flame graph keeps the full names, and its root frame says what was profiled.
+    let svg_text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        svg_text.contains(&xml(full_add)),
+        "full names in the flame graph"
+    );
+    let label = format!("all: {} 1 [Timer]", program.display());
+    assert!(
+        svg_text.contains(&format!(">{}</text>", xml(&label))),
+        "the root frame's box says {label}"
+    );
+    assert!(!svg_text.contains("<title>all ("), "no bare 'all' root");
+    if let Some(rsvg) = common::tool(
+        "rsvg-convert",
+        common::on_path("rsvg-convert"),
+        "apt-get install librsvg2-bin",
+    ) {
+        let png = svg.with_extension("png");
+        let out = run_bounded(Command::new(rsvg).arg("-o").arg(&png).arg(&svg), LIMIT);
+        assert!(
+            out.status.success(),
+            "rsvg-convert: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!("flame graph PNG: {}", png.display());
+    }
+}
+
+/// `s` escaped as the SVG escapes text.
+fn xml(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}

@@ -4,6 +4,7 @@
 //!
 //! A pure function of the [`Report`], so that `ntprof report FILE.json` renders a saved run the same way.
 
+mod names;
 mod processes;
 mod source;
 pub mod stacks;
