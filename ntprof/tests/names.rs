@@ -83,9 +83,12 @@ fn objdump_stubs(program: &Path) -> HashMap<String, Stub> {
     stubs
 }
 
-/// The built PLT programs: per variant, its path, its stripped copy's path, and objdump's stubs.
-fn plt_programs() -> &'static Vec<(PathBuf, PathBuf, HashMap<String, Stub>)> {
-    static P: OnceLock<Vec<(PathBuf, PathBuf, HashMap<String, Stub>)>> = OnceLock::new();
+/// A built PLT program: its path, its stripped copy's path, and objdump's stubs.
+type PltProgram = (PathBuf, PathBuf, HashMap<String, Stub>);
+
+/// The built PLT programs, one per variant.
+fn plt_programs() -> &'static Vec<PltProgram> {
+    static P: OnceLock<Vec<PltProgram>> = OnceLock::new();
     P.get_or_init(|| {
         let d = dir().to_str().unwrap();
         gcc(
