@@ -553,6 +553,7 @@ _Static_assert(offsetof(NTPROFILE_MODULE_INFO, FullPathName) == 40, "ntprofile_m
 #define NTPROFILE_SAMPLER_GLOBAL    0x00000002u /* every process; ProcessCount must be 0 */
 #define NTPROFILE_SAMPLER_KERNEL    0x00000004u /* kernel samples too (CAP_PERFMON or perf_event_paranoid <= 1) */
 #define NTPROFILE_SAMPLER_SIDEBAND  0x00000008u /* mmap, comm, fork, exit records */
+#define NTPROFILE_SAMPLER_SWITCH    0x00000010u /* a Switch record at each context switch of a target thread */
 
 typedef struct _NTPROFILE_SAMPLER_CONFIG {
     ULONG Size;              /* sizeof(NTPROFILE_SAMPLER_CONFIG); else STATUS_INVALID_PARAMETER */
@@ -578,13 +579,16 @@ typedef enum _NTPROFILE_RECORD_TYPE {
     NtprofileRecordExit,
     NtprofileRecordLost,
     NtprofileRecordThrottle,
-    NtprofileRecordUnthrottle
+    NtprofileRecordUnthrottle,
+    NtprofileRecordSwitch     /* NTPROFILE_SAMPLER_SWITCH: Pid/Tid left (SWITCH_OUT) or reached CPU Cpu at Time */
 } NTPROFILE_RECORD_TYPE;
 
 /* NTPROFILE_RECORD.Flags */
 #define NTPROFILE_RECORD_KERNEL   0x1u /* Sample: the ip is in the kernel */
 #define NTPROFILE_RECORD_EXEC     0x2u /* Comm: the comm changed because of an exec */
 #define NTPROFILE_RECORD_HAS_REGS 0x4u /* Sample: UserIp, UserSp and UserBp are valid */
+#define NTPROFILE_RECORD_SWITCH_OUT 0x8u /* Switch: the thread left the CPU (else it came onto it) */
+#define NTPROFILE_RECORD_PREEMPT  0x10u /* Switch out: the thread was still runnable (preempted, involuntary) */
 
 typedef struct _NTPROFILE_RECORD {
     ULONG Type;               /* NTPROFILE_RECORD_TYPE */
@@ -593,7 +597,7 @@ typedef struct _NTPROFILE_RECORD {
     ULONG Tid;
     ULONG ParentPid;          /* Fork, Exit: the parent's pid (a new thread has ParentPid == Pid) */
     ULONG ParentTid;          /* Fork, Exit: the parent's tid */
-    ULONG Cpu;                /* Sample: the CPU */
+    ULONG Cpu;                /* Sample, Switch: the CPU */
     ULONG Reserved;
     ULONGLONG Time;           /* CLOCK_MONOTONIC nanoseconds */
     ULONGLONG Address;        /* Sample: ip; Mmap: start */

@@ -25,7 +25,7 @@ use super::probe;
 use super::sampler_records::{KNOWN_FLAGS, c_record, read_config};
 pub use super::sampler_records::{
     NtprofileRecord, RECORD_EXEC, RECORD_HAS_REGS, RECORD_KERNEL, RecordRoutine, SAMPLER_GLOBAL,
-    SAMPLER_INHERIT, SAMPLER_KERNEL, SAMPLER_SIDEBAND, SamplerConfig, SamplerStatistics,
+    SAMPLER_INHERIT, SAMPLER_KERNEL, SAMPLER_SIDEBAND, SAMPLER_SWITCH, SamplerConfig, SamplerStatistics,
     record_type,
 };
 use crate::handles::{Object, table};
@@ -118,6 +118,7 @@ fn create(handle_out: usize, config: usize) -> Result<(), NtStatus> {
         .inherit(c.flags & SAMPLER_INHERIT != 0)
         .kernel(c.flags & SAMPLER_KERNEL != 0)
         .sideband(c.flags & SAMPLER_SIDEBAND != 0)
+        .context_switches(c.flags & SAMPLER_SWITCH != 0)
         .source(source)
         .callchain(c.max_callchain)
         .user_stack(c.user_stack_size);

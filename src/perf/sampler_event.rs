@@ -39,6 +39,8 @@ pub struct SamplerEventParams {
     pub stack_user: u32,
     /// Wake-up watermark in bytes.
     pub wakeup_watermark: usize,
+    /// `context_switch`: `PERF_RECORD_SWITCH` records at each switch of an observed task.
+    pub context_switch: bool,
 }
 
 /// The user registers a sample carries: the frame pointer, the stack pointer and the instruction pointer, in
@@ -116,6 +118,7 @@ pub fn open_sampler_event(
     attr.set_comm(sideband);
     attr.set_comm_exec(sideband);
     attr.set_task(sideband);
+    attr.set_context_switch(u64::from(params.context_switch));
     let counter = builder.build().map_err(|e| errno_of(&e))?;
     let raw = counter.into_raw_fd();
     // SAFETY: `into_raw_fd` hands us sole ownership of a valid, open descriptor.

@@ -114,6 +114,18 @@ fn check_arguments(b: &SamplerBuilder) -> Result<(CpuSet, u32), Error> {
         ));
     }
     let stack_user = b.user_stack.next_multiple_of(8);
+    let pages = ring_pages(b, stack_user);
+    if let Some(bytes) = b.wakeup_bytes
+        && (bytes == 0 || bytes > pages.saturating_mul(crate::perf::ring::page_size()))
+    {
+        return Err(Error::new(
+            NtStatus::INVALID_PARAMETER,
+            format!(
+                "wakeup_bytes {bytes} is not between 1 and the ring's size ({pages} pages): give a size the \
+                 ring holds"
+            ),
+        ));
+    }
     Ok((cpus, stack_user))
 }
 
@@ -220,11 +232,7 @@ fn event_params(
     let kernel_max = proc::perf_event_max_stack().unwrap_or(DEFAULT_MAX_STACK);
     let max_stack =
         u16::try_from(u32::from(b.callchain).min(kernel_max.max(1))).unwrap_or(u16::MAX);
-    let pages = b.ring_pages.unwrap_or(if stack_user > 0 {
-        DEFAULT_STACK_RING_PAGES
-    } else {
-        DEFAULT_RING_PAGES
-    });
+    let pages = ring_pages(b, stack_user);
     let params = SamplerEventParams {
         spec,
         period: src.period_for(interval),
@@ -234,7 +242,17 @@ fn event_params(
         sideband: b.sideband,
         max_stack: if b.callchain == 0 { 0 } else { max_stack },
         stack_user,
-        wakeup_watermark: watermark_for(pages),
+        wakeup_watermark: b.wakeup_bytes.unwrap_or_else(|| watermark_for(pages)),
+        context_switch: b.context_switches,
     };
     (interval, params, pages)
+}
+
+/// The data pages of each ring: the builder's, else the default for the sample's size.
+fn ring_pages(b: &SamplerBuilder, stack_user: u32) -> usize {
+    b.ring_pages.unwrap_or(if stack_user > 0 {
+        DEFAULT_STACK_RING_PAGES
+    } else {
+        DEFAULT_RING_PAGES
+    })
 }

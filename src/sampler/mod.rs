@@ -56,6 +56,7 @@
 //! rings are not mapped there): every call returns `STATUS_INVALID_HANDLE`, and dropping it only closes the
 //! child's copies of the descriptors.
 
+mod blocked;
 mod build;
 mod builder;
 mod open;
@@ -76,6 +77,7 @@ use crate::perf::sampler_event::SampleFormat;
 use crate::perf::sys::{self, Epoll};
 use crate::source::ProfileSource;
 use crate::status::NtStatus;
+pub use blocked::{BlockedThread, BlockedThreadReader, read_blocked_thread};
 pub use builder::SamplerBuilder;
 use builder::TargetSpec;
 

@@ -107,6 +107,12 @@ pub struct ProfileArgs {
     /// with the modules' .eh_frame/.debug_frame, so code built without frame pointers, libc included, is walked).
     #[arg(long = "call-graph", value_name = "fp|dwarf[,SIZE]", value_parser = parse_call_graph)]
     pub call_graph: Option<CallGraph>,
+    /// Also record the time each thread spends off CPU (sleeping, blocked in I/O, on a lock, waiting for a
+    /// child; preemptions apart), by the call stack it blocked at, in nanoseconds: the report's Off-CPU section,
+    /// and the off_cpu and preempted sources of every format. Implies -g unless --call-graph is given. Works
+    /// unprivileged on your own processes.
+    #[arg(long = "off-cpu")]
+    pub off_cpu: bool,
 }
 
 /// `ntprof record`.
@@ -264,7 +270,7 @@ impl ProfileArgs {
     /// How call stacks are recorded, if at all (`--call-graph` wins over `-g`).
     pub fn call_graph(&self) -> Option<CallGraph> {
         self.call_graph
-            .or(self.call_stacks.then_some(CallGraph::Fp))
+            .or((self.call_stacks || self.off_cpu).then_some(CallGraph::Fp))
     }
 
     /// The interval asked for `source`: its own `SOURCE=N`, else a bare `N`, else none (the source's default).

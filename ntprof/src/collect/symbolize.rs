@@ -192,6 +192,11 @@ impl<'a> Symbolizers<'a> {
                     None => "[unknown]".to_string(),
                 };
             }
+            ModuleKind::Special if m.path == crate::tree::wait::WAIT_MODULE => {
+                let name = crate::tree::wait::wait_name(offset);
+                located.function = name.clone();
+                located.frames = vec![frame(&name)];
+            }
             ModuleKind::Special | ModuleKind::Range => {}
         }
         located

@@ -184,6 +184,7 @@ pub fn report() -> Report {
             stacks: vec![],
             locations: vec![],
         }],
+        off_cpu: None,
     }
 }
 

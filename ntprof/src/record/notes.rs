@@ -94,9 +94,14 @@ pub fn explanations(
         if let Some((user, system)) = cpu {
             let used = user + system;
             if used < 0.25 * duration_s {
+                let off_cpu = if session.off_cpu.is_some() {
+                    "; the Off-CPU section shows where it waited"
+                } else {
+                    "; 'ntprof record --off-cpu' (or 'attach --off-cpu') shows where it waited, by call stack"
+                };
                 out.push(format!(
                     "{what} used {:.1} ms of CPU time in {:.1} ms: it slept or waited most of the time, and \
-                     samples are taken of CPU time only",
+                     samples are taken of CPU time only{off_cpu}",
                     used * 1e3,
                     duration_s * 1e3
                 ));

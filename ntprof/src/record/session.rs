@@ -9,6 +9,7 @@ use ntprofile::{ProfileSource, Sampler, sampler_clock_ns};
 use super::{EXIT_USAGE, Failure, explain};
 use crate::args::{CallGraph, ProfileArgs};
 use crate::collect::SourceInfo;
+use crate::offcpu::OffCpu;
 use crate::progress::SourceProgress;
 use crate::tree::order::Order;
 use crate::tree::{Filter, Tracker};
@@ -33,6 +34,8 @@ pub struct Session {
     /// The model of the run.
     pub tracker: Tracker,
     order: Order,
+    /// The off-CPU watcher (`--off-cpu`).
+    pub off_cpu: Option<OffCpu>,
 }
 
 /// Check the options that concern sources and processors; returns the distinct sources in order.
@@ -100,7 +103,7 @@ impl Session {
         read_unknown: bool,
     ) -> Result<Session, Failure> {
         let sources = check_sources(opts)?;
-        let tracker = tracker_for(opts, sources.len(), read_unknown);
+        let mut tracker = tracker_for(opts, sources.len(), read_unknown);
         let follow = !opts.no_inherit;
         let mut samplers = Vec::new();
         let mut infos = Vec::new();
@@ -148,11 +151,29 @@ impl Session {
             });
             samplers.push(sampler);
         }
+        let off_cpu = match (opts.off_cpu, targets) {
+            (false, _) => None,
+            (true, Targets::Global) => {
+                return Err(Failure::new(
+                    EXIT_USAGE,
+                    "--off-cpu follows processes: give a command or --pid, not a system-wide --kernel profile",
+                ));
+            }
+            (true, Targets::Pids(pids)) => {
+                tracker.enable_waits();
+                let cpus = opts.cpus.as_ref().map(|c| c.0.as_slice());
+                Some(
+                    OffCpu::start(pids, follow, opts.call_graph(), cpus)
+                        .map_err(|e| explain("starting the off-CPU recording", &e, first_pid))?,
+                )
+            }
+        };
         Ok(Session {
             samplers,
             infos,
             tracker,
             order: Order::default(),
+            off_cpu,
         })
     }
 
@@ -172,7 +193,13 @@ impl Session {
                 .wait(timeout)
                 .map_err(|e| explain("waiting for samples", &e, None))?;
         }
-        let cutoff = sampler_clock_ns();
+        let mut cutoff = sampler_clock_ns();
+        if let Some(w) = &self.off_cpu {
+            // Intervals arrive when they end: wait for the watcher to have handed over those before the cutoff.
+            cutoff = cutoff.min(w.done_until());
+            let order = &mut self.order;
+            w.drain(|i| order.push_interval(&i));
+        }
         self.read_all()?;
         let tracker = &mut self.tracker;
         self.order.drain(cutoff, |time, event, names| {
@@ -194,6 +221,11 @@ impl Session {
     pub fn finish(&mut self) -> Result<(), Failure> {
         for s in &self.samplers {
             let _ = s.disable();
+        }
+        if let Some(w) = &mut self.off_cpu {
+            w.stop();
+            let order = &mut self.order;
+            w.drain(|i| order.push_interval(&i));
         }
         self.read_all()?;
         let tracker = &mut self.tracker;

@@ -4,6 +4,7 @@
 //!
 //! A pure function of the [`Report`], so that `ntprof report FILE.json` renders a saved run the same way.
 
+mod offcpu;
 mod processes;
 mod source;
 pub mod stacks;
@@ -61,10 +62,11 @@ pub fn render(report: &Report, top: usize) -> String {
     let mut out = String::new();
     header(&mut out, report);
     processes::render(&mut out, report, top);
-    for s in &report.sources {
+    for s in report.sources.iter().filter(|s| !s.is_off_cpu()) {
         source::render(&mut out, s, top);
         source::render_expected(&mut out, s, &report.run.expected);
     }
+    offcpu::render(&mut out, report, top);
     // Empty bars and text leave trailing blanks.
     let mut trimmed: String = out
         .lines()
@@ -127,7 +129,7 @@ fn header(out: &mut String, report: &Report) {
         let _ = write!(out, "; recording used {:.1} ms of CPU", run.recorder_cpu_ms);
     }
     out.push('\n');
-    for s in &report.sources {
+    for s in report.sources.iter().filter(|s| !s.is_off_cpu()) {
         let st = &s.stats;
         let jitter = if s.jitter_percent > 0 {
             format!(", jitter +-{}%", s.jitter_percent)
@@ -266,6 +268,7 @@ mod tests {
                 stacks: vec![],
                 locations: vec![],
             }],
+            off_cpu: None,
         }
     }
 

@@ -11,6 +11,7 @@ pub mod jit;
 pub mod order;
 pub mod procs;
 pub mod space;
+pub mod wait;
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -116,6 +117,8 @@ pub struct Tracker {
     pub call_graph: Option<crate::args::CallGraph>,
     /// The DWARF unwinders of the processes, and the walks' scratch buffers.
     pub unwinding: callstack::Unwinding,
+    /// The off-CPU time (`--off-cpu`), `None` without.
+    pub waits: Option<wait::Waits>,
 }
 
 impl Tracker {
@@ -142,6 +145,7 @@ impl Tracker {
             run_start_ns: 0,
             call_graph: None,
             unwinding: callstack::Unwinding::default(),
+            waits: None,
         }
     }
 
@@ -320,6 +324,19 @@ impl Tracker {
                 }
             }
             Event::Lost { source, lost } => self.sources[source as usize].lost += lost,
+            Event::OffCpu {
+                pid,
+                tid,
+                start,
+                preempt,
+                wait,
+                chain,
+                regs,
+                stack,
+            } => {
+                let walk = (name_of(names, chain), regs, name_of(names, stack));
+                self.off_cpu(pid, tid, (start, time), preempt, wait, walk);
+            }
             Event::Throttle { source, throttled } => {
                 if throttled {
                     self.sources[source as usize].throttled += 1;
