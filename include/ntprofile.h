@@ -658,6 +658,30 @@ NTSYSCALLAPI NTSTATUS NTAPI NtprofileReadSampler(HANDLE SamplerHandle, ULONG Tim
 NTSYSCALLAPI NTSTATUS NTAPI NtprofileQuerySamplerStatistics(HANDLE SamplerHandle,
                                                             NTPROFILE_SAMPLER_STATISTICS *Statistics);
 
+/* NtprofileReadBlockedThread -- where thread Tid of process Pid waits, without stopping it (for off-CPU
+ * profilers: call it at the thread's Switch-out record). Reads /proc/PID/task/TID/syscall and copies up to
+ * StackBufferSize bytes of its user stack from UserSp (process_vm_readv); needs the right to trace the thread
+ * (same user). STATUS_SUCCESS with NTPROFILE_BLOCKED_RUNNING when the thread runs (its wait is over). The frame
+ * pointer is not readable this way: unwind the stack with CFI. Errors: Info NULL or not writable ->
+ * STATUS_ACCESS_VIOLATION, misaligned -> STATUS_DATATYPE_MISALIGNMENT; StackBuffer NULL with a size ->
+ * STATUS_INVALID_PARAMETER, not writable -> STATUS_ACCESS_VIOLATION; no such thread -> STATUS_INVALID_CID; not
+ * allowed -> STATUS_ACCESS_DENIED. */
+#define NTPROFILE_BLOCKED_IN_SYSCALL 0x1u /* Syscall and Arguments are valid */
+#define NTPROFILE_BLOCKED_RUNNING    0x2u /* the thread was running: nothing else is valid */
+
+typedef struct _NTPROFILE_BLOCKED_THREAD {
+    ULONG Flags;              /* NTPROFILE_BLOCKED_* */
+    ULONG Reserved;
+    ULONGLONG Syscall;        /* the system call's number (the architecture's table) */
+    ULONGLONG Arguments[6];
+    ULONGLONG UserIp, UserSp; /* at the kernel entry; StackBuffer holds the stack from UserSp */
+    ULONG StackSize;          /* bytes written to StackBuffer (at most 1 MiB per call) */
+    ULONG Reserved2;
+} NTPROFILE_BLOCKED_THREAD, *PNTPROFILE_BLOCKED_THREAD;
+
+NTSYSCALLAPI NTSTATUS NTAPI NtprofileReadBlockedThread(ULONG Pid, ULONG Tid, PVOID StackBuffer,
+                                                       ULONG StackBufferSize, NTPROFILE_BLOCKED_THREAD *Info);
+
 #if UINTPTR_MAX == 0xFFFFFFFFFFFFFFFFu && (defined(__cplusplus) && __cplusplus >= 201103L)
 static_assert(sizeof(NTPROFILE_SAMPLER_CONFIG) == 56, "ntprofile_sampler_config_size");
 static_assert(offsetof(NTPROFILE_SAMPLER_CONFIG, ProcessIds) == 24, "ntprofile_sampler_config_pids");
@@ -666,6 +690,7 @@ static_assert(sizeof(NTPROFILE_RECORD) == 136, "ntprofile_record_size");
 static_assert(offsetof(NTPROFILE_RECORD, Callchain) == 80, "ntprofile_record_callchain");
 static_assert(offsetof(NTPROFILE_RECORD, Name) == 120, "ntprofile_record_name");
 static_assert(sizeof(NTPROFILE_SAMPLER_STATISTICS) == 48, "ntprofile_sampler_statistics_size");
+static_assert(sizeof(NTPROFILE_BLOCKED_THREAD) == 88, "ntprofile_blocked_thread_size");
 #elif UINTPTR_MAX == 0xFFFFFFFFFFFFFFFFu && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(NTPROFILE_SAMPLER_CONFIG) == 56, "ntprofile_sampler_config_size");
 _Static_assert(offsetof(NTPROFILE_SAMPLER_CONFIG, ProcessIds) == 24, "ntprofile_sampler_config_pids");
@@ -674,6 +699,7 @@ _Static_assert(sizeof(NTPROFILE_RECORD) == 136, "ntprofile_record_size");
 _Static_assert(offsetof(NTPROFILE_RECORD, Callchain) == 80, "ntprofile_record_callchain");
 _Static_assert(offsetof(NTPROFILE_RECORD, Name) == 120, "ntprofile_record_name");
 _Static_assert(sizeof(NTPROFILE_SAMPLER_STATISTICS) == 48, "ntprofile_sampler_statistics_size");
+_Static_assert(sizeof(NTPROFILE_BLOCKED_THREAD) == 88, "ntprofile_blocked_thread_size");
 #endif
 
 /* NtprofileStatusMessage (ntprofile extension) -- what a status means: a static NUL-terminated sentence that
