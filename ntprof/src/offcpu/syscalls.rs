@@ -139,6 +139,14 @@ pub fn of_entry(function: &str) -> Option<u64> {
     .and_then(number)
 }
 
+/// Whether `function` is a system call's own entry (`__x64_sys_NAME`, `__arm64_sys_NAME`): it names the call
+/// exactly, where a helper (`do_sys_openat2` under `openat`) may not.
+pub fn is_exact_entry(function: &str) -> bool {
+    ["__x64_sys_", "__arm64_sys_", "__riscv_sys_"]
+        .iter()
+        .any(|p| function.starts_with(p))
+}
+
 /// A kernel function of the system-call entry path (`do_syscall_64`, `entry_SYSCALL_64`, `el0_svc`).
 pub fn is_syscall_entry(function: &str) -> bool {
     function.starts_with("do_syscall_")

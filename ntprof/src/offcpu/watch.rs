@@ -179,7 +179,10 @@ impl Watch {
                                 continue;
                             };
                             if let Some(nr) = syscalls::of_entry(&sym.name) {
-                                if !matches!(wait, Wait::Syscall(_)) {
+                                // The innermost helper, unless the entry itself is on the chain.
+                                if !matches!(wait, Wait::Syscall(_))
+                                    || syscalls::is_exact_entry(&sym.name)
+                                {
                                     wait = Wait::Syscall(nr);
                                 }
                             } else if wait == Wait::NoSyscall
