@@ -197,7 +197,11 @@ fn designed(frame_pointers: bool, unprivileged: bool) {
         let what = format!(
             "{} {mode} {}",
             program.file_name().unwrap().to_string_lossy(),
-            if unprivileged { "unprivileged" } else { "as we are" }
+            if unprivileged {
+                "unprivileged"
+            } else {
+                "as we are"
+            }
         );
         check(&report, mechanism, &what);
     }
@@ -240,7 +244,11 @@ fn text_section_and_the_why_line() {
         LIMIT,
     );
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     for want in [
         "Off-CPU time (",
         "voluntary",
@@ -275,7 +283,11 @@ fn pprof_reads_the_off_cpu_sample_type() {
             .args(["--", program.to_str().unwrap(), &PHASE_MS.to_string()]),
         LIMIT,
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let top = run_bounded(
         Command::new(&pprof)
             .args(["-top", "-cum", "-nodecount=100", "-sample_index=off_cpu"])

@@ -1,5 +1,5 @@
 //! The C export of the blocked-thread reading: `NtprofileReadBlockedThread`, over
-//! [`read_blocked_thread`](crate::read_blocked_thread), with the `NTPROFILE_BLOCKED_THREAD` record of
+//! [`read_blocked_thread`], with the `NTPROFILE_BLOCKED_THREAD` record of
 //! `include/ntprofile.h` (declared here, with a test of its layout).
 //!
 //! The panic boundary and the pointer probes before any access: the record is written out through `probe`, the
@@ -161,13 +161,8 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(200));
         let mut info = BlockedThreadInfo::default();
         let mut stack = vec![0u8; 4096];
-        let st = NtprofileReadBlockedThread(
-            child.id(),
-            child.id(),
-            stack.as_mut_ptr(),
-            4096,
-            &mut info,
-        );
+        let st =
+            NtprofileReadBlockedThread(child.id(), child.id(), stack.as_mut_ptr(), 4096, &mut info);
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(st, 0);

@@ -25,8 +25,8 @@ use super::probe;
 use super::sampler_records::{KNOWN_FLAGS, c_record, read_config};
 pub use super::sampler_records::{
     NtprofileRecord, RECORD_EXEC, RECORD_HAS_REGS, RECORD_KERNEL, RecordRoutine, SAMPLER_GLOBAL,
-    SAMPLER_INHERIT, SAMPLER_KERNEL, SAMPLER_SIDEBAND, SAMPLER_SWITCH, SamplerConfig, SamplerStatistics,
-    record_type,
+    SAMPLER_INHERIT, SAMPLER_KERNEL, SAMPLER_SIDEBAND, SAMPLER_SWITCH, SamplerConfig,
+    SamplerStatistics, record_type,
 };
 use crate::handles::{Object, table};
 use crate::sampler::Sampler;

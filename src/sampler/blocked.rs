@@ -145,7 +145,9 @@ fn io_error(e: &std::io::Error, pid: u32, tid: u32) -> Error {
     };
     Error::new(
         status,
-        format!("reading where thread {tid} of process {pid} waits (/proc/{pid}/task/{tid}/syscall): {e}"),
+        format!(
+            "reading where thread {tid} of process {pid} waits (/proc/{pid}/task/{tid}/syscall): {e}"
+        ),
     )
 }
 

@@ -90,7 +90,10 @@ fn switch_records_time_a_sleep_and_the_sleeper_is_read_while_it_waits() {
         .max()
         .expect("the sleep's switches");
     let ms = sleeper as f64 / 1e6;
-    assert!((ms - 300.0).abs() <= 30.0, "sleep 0.3 was off CPU {ms:.1} ms: {off:?}");
+    assert!(
+        (ms - 300.0).abs() <= 30.0,
+        "sleep 0.3 was off CPU {ms:.1} ms: {off:?}"
+    );
     let b = readings
         .iter()
         .find(|b| b.syscall.is_some_and(|nr| SLEEPS.contains(&nr)))

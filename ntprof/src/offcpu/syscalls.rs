@@ -3,6 +3,7 @@
 
 /// x86-64: index = system call number; "" for an unassigned number.
 #[cfg(target_arch = "x86_64")]
+#[rustfmt::skip]
 const NAMES: &[&str] = &[
     "read", "write", "open", "close", "stat", "fstat", "lstat", "poll", "lseek", "mmap", "mprotect", "munmap",
     "brk", "rt_sigaction", "rt_sigprocmask", "rt_sigreturn", "ioctl", "pread64", "pwrite64", "readv", "writev",
@@ -57,6 +58,7 @@ const NAMES: &[&str] = &[
 
 /// The generic table (AArch64, RISC-V): index = system call number; "" for an unassigned number.
 #[cfg(not(target_arch = "x86_64"))]
+#[rustfmt::skip]
 const NAMES: &[&str] = &[
     "io_setup", "io_destroy", "io_submit", "io_cancel", "io_getevents", "setxattr", "lsetxattr", "fsetxattr",
     "getxattr", "lgetxattr", "fgetxattr", "listxattr", "llistxattr", "flistxattr", "removexattr", "lremovexattr",
@@ -162,7 +164,15 @@ mod tests {
     #[test]
     fn numbers_and_names_agree() {
         #[cfg(target_arch = "x86_64")]
-        assert_eq!((name(0), name(35), name(202), name(230)), (Some("read"), Some("nanosleep"), Some("futex"), Some("clock_nanosleep")));
+        assert_eq!(
+            (name(0), name(35), name(202), name(230)),
+            (
+                Some("read"),
+                Some("nanosleep"),
+                Some("futex"),
+                Some("clock_nanosleep")
+            )
+        );
         assert_eq!(number("futex").and_then(name), Some("futex"));
         assert_eq!(of_entry("__x64_sys_futex"), number("futex"));
         assert_eq!(of_entry("schedule"), None);

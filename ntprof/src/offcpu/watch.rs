@@ -264,9 +264,7 @@ impl Watch {
                 Kind::Sample(place) => t.sample = Some((r.time, place)),
                 Kind::Out { preempt } => {
                     let place = match t.sample.take() {
-                        Some((at, place))
-                            if at <= r.time && r.time - at <= SAMPLE_SLACK_NS =>
-                        {
+                        Some((at, place)) if at <= r.time && r.time - at <= SAMPLE_SLACK_NS => {
                             Some(place)
                         }
                         _ => None,

@@ -29,7 +29,11 @@ pub fn render(out: &mut String, report: &Report, top: usize) {
     for l in &o.limits {
         let _ = writeln!(out, "  limit: {l}");
     }
-    let _ = writeln!(out, "\n  {:>8}  {:<24} {:>12} {:>12}", "pid", "process", "voluntary", "preempted");
+    let _ = writeln!(
+        out,
+        "\n  {:>8}  {:<24} {:>12} {:>12}",
+        "pid", "process", "voluntary", "preempted"
+    );
     for p in o.processes.iter().take(top) {
         let _ = writeln!(
             out,
@@ -56,9 +60,17 @@ pub fn render(out: &mut String, report: &Report, top: usize) {
             t.waits
         );
     }
-    let _ = writeln!(out, "\n  {:<24} {:>12} {:>8}  kind", "wait", "time", "waits");
+    let _ = writeln!(
+        out,
+        "\n  {:<24} {:>12} {:>8}  kind",
+        "wait", "time", "waits"
+    );
     for k in o.kinds.iter().take(top) {
-        let how = if k.preempted { "preempted" } else { "voluntary" };
+        let how = if k.preempted {
+            "preempted"
+        } else {
+            "voluntary"
+        };
         let _ = writeln!(
             out,
             "  {:<24} {:>12} {:>8}  {how}",
@@ -109,11 +121,18 @@ fn blocking(out: &mut String, source: &SourceReport, top: usize) {
             head(f, 90)
         );
     }
-    let _ = writeln!(out, "\n  Top stacks {what}, the wait first, then its callers outward:");
+    let _ = writeln!(
+        out,
+        "\n  Top stacks {what}, the wait first, then its callers outward:"
+    );
     for (i, stack) in source.stacks.iter().take(top.min(10)).enumerate() {
         let mut frames = expanded(source, stack);
         frames.reverse();
-        let trunc = if stack.truncated { " <- [truncated]" } else { "" };
+        let trunc = if stack.truncated {
+            " <- [truncated]"
+        } else {
+            ""
+        };
         let _ = writeln!(
             out,
             "  #{:<2} {:>12} {:>6.1}%  {} ({}): {}{trunc}",

@@ -86,9 +86,7 @@ impl Tracker {
             let b = stack.get(at..at.checked_add(8)?)?;
             Some(u64::from_le_bytes(b.try_into().ok()?))
         };
-        let is_code = |ra: u64| {
-            ra > 1 && self.locate_in(p, ra - 1, false, true).is_some()
-        };
+        let is_code = |ra: u64| ra > 1 && self.locate_in(p, ra - 1, false, true).is_some();
         // Links with a return address into code; the last link's saved value may be anything (the caller of
         // the outermost frame-pointer function need not keep a frame pointer).
         let chain_from = |mut at: u64| -> bool {
