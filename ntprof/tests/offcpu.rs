@@ -327,3 +327,52 @@ fn pprof_reads_the_off_cpu_sample_type() {
         );
     }
 }
+
+/// `attach --off-cpu`: a shell that sleeps in a loop, attached for a second — its waits for its `sleep`
+/// children (wait4) and theirs (clock_nanosleep) are counted, no more than the attach's length per thread.
+#[test]
+fn attach_counts_the_waits_of_a_running_tree() {
+    let mut child = Command::new("sh")
+        .args(["-c", "while :; do sleep 0.05; done"])
+        .spawn()
+        .expect("sh");
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = child.id().to_string();
+    let report = record(
+        &[
+            "attach",
+            "-q",
+            "--off-cpu",
+            "--pid",
+            &pid,
+            "--duration",
+            "1",
+            "--format",
+            "json",
+        ],
+        false,
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    let off = &report["off_cpu"];
+    let kinds: Vec<&str> = off["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"wait4"), "{kinds:?}");
+    assert!(
+        kinds.contains(&"clock_nanosleep") || kinds.contains(&"nanosleep"),
+        "{kinds:?}"
+    );
+    let shell = off["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"].as_u64() == Some(u64::from(child.id())))
+        .expect("the shell's thread");
+    let ms = common::u(&shell["voluntary_ns"]) as f64 / 1e6;
+    // Mostly waiting for its children during the 1 s attach: never more than the attach.
+    assert!(ms > 500.0 && ms < 1100.0, "the shell waited {ms:.1} ms");
+}
