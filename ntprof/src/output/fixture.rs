@@ -119,6 +119,7 @@ pub fn report() -> Report {
             notes: vec!["every mapping was reported by the kernel as it was made".into()],
             expected: vec![],
             explanations: vec![],
+            jit: vec![],
         },
         processes: vec![ProcessReport {
             id: 0,

@@ -169,6 +169,9 @@ fn finish_report(
             ));
         }
     }
+    run.jit = t.jit.reports.clone();
+    run.notes
+        .extend(crate::tree::jitdump::JitState::notes(&run.jit));
     Report {
         schema_version: SCHEMA_VERSION,
         tool: format!("ntprof {}", env!("CARGO_PKG_VERSION")),

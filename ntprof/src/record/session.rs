@@ -200,6 +200,8 @@ impl Session {
         self.order.drain(u64::MAX, |time, event, names| {
             tracker.apply(time, event, names)
         });
+        // JIT code named by time, now that the runtimes have written their dump files out.
+        self.tracker.resolve_jit();
         // The library's own account of lost records and throttling, when it saw more than the records said.
         for (s, counts) in self.samplers.iter().zip(&mut self.tracker.sources) {
             let st = s.stats();

@@ -8,6 +8,7 @@
 pub mod callstack;
 pub mod hash;
 pub mod jit;
+pub mod jitdump;
 pub mod order;
 pub mod procs;
 pub mod space;
@@ -116,6 +117,8 @@ pub struct Tracker {
     pub call_graph: Option<crate::args::CallGraph>,
     /// The DWARF unwinders of the processes, and the walks' scratch buffers.
     pub unwinding: callstack::Unwinding,
+    /// The processes' jitdump files and the samples they are to name.
+    pub jit: jitdump::JitState,
 }
 
 impl Tracker {
@@ -142,6 +145,7 @@ impl Tracker {
             run_start_ns: 0,
             call_graph: None,
             unwinding: callstack::Unwinding::default(),
+            jit: jitdump::JitState::default(),
         }
     }
 
@@ -242,6 +246,7 @@ impl Tracker {
             .insert(addr, Map { end, pgoff, module });
         self.unwinding
             .mapped(p, addr, end, pgoff, &self.modules.list[module as usize]);
+        self.jit_mapped(p, pid, &path, time);
     }
 
     /// Apply one record.
@@ -351,6 +356,7 @@ impl Tracker {
         match stack {
             Some(stack) => {
                 *counts.counts.entry((image, stack)).or_insert(0) += 1;
+                self.jit_sample((source, image, stack), time, ip);
             }
             None => *counts.outside.entry(image).or_insert(0) += 1,
         }
