@@ -321,6 +321,7 @@ fn a_runs_samples_are_named_by_the_code_of_their_moment() {
     std::fs::write(path, &w.out).unwrap();
 
     let mut t = Tracker::new(1, true, false, 0, Filter::default());
+    t.call_graph = Some(crate::args::CallGraph::Fp);
     t.add_process(
         pid,
         1,
@@ -346,27 +347,40 @@ fn a_runs_samples_are_named_by_the_code_of_their_moment() {
         t.apply(2000 + i * 10, &sample(pid, 0x10010), &names); // B's time, the same address
     }
     t.apply(2500, &sample(pid, 0x450000), &names); // in node itself: not logged
+    // Node's code called from JIT code (a return address in A's, then B's range), with frame pointers.
+    for time in [1500, 2600] {
+        let chain = names.len() as u32;
+        names.extend_from_slice(&0x450000u64.to_le_bytes());
+        names.extend_from_slice(&0x10081u64.to_le_bytes());
+        let mut called = sample(pid, 0x450000);
+        if let Event::Sample { chain: c, .. } = &mut called {
+            *c = (chain, names.len() as u32);
+        }
+        t.apply(time, &called, &names);
+    }
     t.resolve_jit();
     std::fs::remove_dir_all(&dir).ok();
 
-    let mut by_name = std::collections::BTreeMap::new();
+    let name = |loc: crate::tree::Loc| match &t.modules.list[loc.module as usize].kind {
+        ModuleKind::JitDump { dump, .. } => t.jit.locate(*dump, loc.offset).unwrap().name,
+        _ => t.modules.list[loc.module as usize].name.as_str(),
+    };
+    let mut by_stack = std::collections::BTreeMap::new();
     for (&(_, stack), &n) in &t.sources[0].counts {
-        let loc = t.stacks.locs[stack as usize];
-        let name = match &t.modules.list[loc.module as usize].kind {
-            ModuleKind::JitDump { dump, .. } => t.jit.locate(*dump, loc.offset).unwrap().name,
-            _ => t.modules.list[loc.module as usize].name.as_str(),
-        };
-        *by_name.entry(name.to_string()).or_insert(0u64) += n;
+        let frames: Vec<&str> = t.stacks.frames(stack).iter().map(|&l| name(l)).collect();
+        *by_stack.entry(frames.join(" <- ")).or_insert(0u64) += n;
     }
     assert_eq!(
-        by_name.into_iter().collect::<Vec<_>>(),
+        by_stack.into_iter().collect::<Vec<_>>(),
         [
             ("JS:*A".to_string(), 30),
             ("JS:*B".to_string(), 10),
-            ("node".to_string(), 1)
+            ("node".to_string(), 1),
+            ("node <- JS:*A".to_string(), 1),
+            ("node <- JS:*B".to_string(), 1)
         ]
     );
-    assert_eq!(t.sources[0].samples, 41);
+    assert_eq!(t.sources[0].samples, 43);
     let r = &t.jit.reports;
     assert_eq!(r.len(), 1, "{r:?}");
     assert_eq!((r[0].kind.as_str(), r[0].path.as_str()), ("jitdump", path));
