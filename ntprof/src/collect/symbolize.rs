@@ -1,7 +1,8 @@
 //! Symbolization: each location (module, address in the module) with samples → the function, its inlined
 //! frames, file and line. ELF files through their symbol tables and DWARF, the kernel through kallsyms, JIT code
-//! through the process's jitdump file (by time, resolved when the run ended) or its perf map file. Code of an ELF file that no symbol names is named by the start of the
-//! `.eh_frame` function that holds it, `module+0xSTART`; a location nothing covers is `module+0xOFFSET`.
+//! through the process's jitdump file (by time, resolved when the run ended) or its perf map file. Code of an ELF
+//! file that no symbol names is named by the start of the `.eh_frame` function that holds it, `module+0xSTART`; a
+//! location nothing covers is `module+0xOFFSET`.
 
 use std::collections::HashMap;
 use std::path::Path;

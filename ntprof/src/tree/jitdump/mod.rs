@@ -9,12 +9,14 @@
 //! runtime wrote it. From that moment on, each sample of the process whose stack touches its anonymous executable
 //! memory is logged with its time (a fixed-size entry; the counts are kept as before).
 //!
-//! **Resolving.** When the run ends, each dump is read ([`format`]) and its loads and moves are replayed in time
-//! order against the logged samples of its process, sorted by time: each JIT frame of such a sample is moved to a
-//! location in the dump's module (`[JIT] pid N`) that names the code placed there at that time. Frames no code of
-//! the dump covered at their time keep their address, named from the perf map file if there is one.
+//! **Resolving.** When the run ends, each dump is read ([the reader](self::format)) and its loads and moves are
+//! replayed in time order ([the replay](self::replay)) against the logged samples of its process, sorted by time:
+//! each JIT frame of such a sample is moved to a location in the dump's module (`[JIT] pid N`) that names the
+//! code placed there at that time. Frames no code of the dump covered at their time keep their address, named
+//! from the perf map file if there is one.
 
 pub mod format;
+pub mod replay;
 mod state;
 
 pub use state::JitState;

@@ -3,7 +3,8 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::format::{JitDump, Placement, Resolver, is_dump_path};
+use super::format::{JitDump, is_dump_path};
+use super::replay::{Placement, Resolver};
 use crate::report::JitReport;
 use crate::tree::hash::FastMap;
 use crate::tree::jit::{self, PerfMap};

@@ -1,6 +1,7 @@
 //! Tests of the jitdump reader, of naming by time, and of a run's samples moved to the code of their moment.
 
-use super::format::{Change, FLAG_ARCH_TIMESTAMP, JitDump, MAGIC, Resolver, is_dump_path};
+use super::format::{Change, FLAG_ARCH_TIMESTAMP, JitDump, MAGIC, is_dump_path};
+use super::replay::Resolver;
 use crate::tree::order::Event;
 use crate::tree::space::{ModuleKind, ProcMap};
 use crate::tree::{Filter, Tracker};
