@@ -246,7 +246,8 @@ pub extern "C" fn NtprofileEnableSampler(sampler_handle: Handle, enable: u8) -> 
 /// once, calling `Routine(record, Context)` for each record on this thread (a NULL `Routine` drains and counts
 /// only); `*RecordCount` (optional) receives the number of records. The pointers of a record live only during
 /// its call. A call on the same sampler from inside its routine (other than `NtClose`) returns
-/// `STATUS_INVALID_PARAMETER`.
+/// `STATUS_INVALID_PARAMETER`. The wait holds no lock (the other calls answer meanwhile); `NtClose` ends it at
+/// once with `STATUS_INVALID_HANDLE`, as does a `fork()` inside the routine in the child.
 #[unsafe(no_mangle)]
 pub extern "C" fn NtprofileReadSampler(
     sampler_handle: Handle,

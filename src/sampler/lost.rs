@@ -36,13 +36,13 @@ impl RingLost {
 
     /// A kernel Lost record of `lost` drops: the drops it adds to what was reported (0 when the events' counts
     /// reported them already).
-    pub(super) fn from_record(&mut self, lost: u64) -> u64 {
+    pub(super) fn add_record(&mut self, lost: u64) -> u64 {
         self.records = self.records.saturating_add(lost);
         self.advance(self.records)
     }
 
     /// The events' own counts of the records they could not write: the drops they add to what was reported.
-    pub(super) fn from_events(&mut self) -> u64 {
+    pub(super) fn add_event_counts(&mut self) -> u64 {
         let mut total = 0u64;
         for &fd in &self.fds {
             // A descriptor that cannot be read (never expected) adds nothing: the Lost records still count.
@@ -70,9 +70,9 @@ mod tests {
     fn a_drop_is_reported_once_whichever_count_sees_it_first() {
         let mut l = RingLost::new(Vec::new());
         assert_eq!(l.advance(5), 5);
-        assert_eq!(l.from_record(3), 0);
-        assert_eq!(l.from_record(2), 0);
-        assert_eq!(l.from_record(4), 4);
+        assert_eq!(l.add_record(3), 0);
+        assert_eq!(l.add_record(2), 0);
+        assert_eq!(l.add_record(4), 4);
         assert_eq!(l.advance(9), 0);
         assert_eq!(l.advance(10), 1);
         assert_eq!(l.reported, 10);

@@ -47,14 +47,21 @@
 //! +`REGS_USER|STACK_USER`); every record carries pid, tid, time and CPU (`sample_id_all`); times are
 //! `CLOCK_MONOTONIC` nanoseconds ([`sampler_clock_ns`]).
 //!
-//! Rings: `ring_pages` data pages per CPU (default 128, 512 with a user-stack copy), halved while the
-//! locked-memory budget (`kernel.perf_event_mlock_kb` and `RLIMIT_MEMLOCK`) refuses the mapping; the wake-up
-//! watermark is a quarter of a ring, so a target that sleeps costs no wake-up at all.
+//! Rings: `ring_pages` data pages per CPU (default 128, 512 with a user-stack copy), at least what two of the
+//! largest samples and a Lost record need; every CPU's ring the same size, all halved together while the
+//! locked-memory budget (`kernel.perf_event_mlock_kb` per CPU for the user, then `RLIMIT_MEMLOCK`) refuses a
+//! mapping; the wake-up watermark is a quarter of a ring, so a target that sleeps costs no wake-up at all. The
+//! events count the records they could not write (`PERF_FORMAT_LOST`), so that lost counts stay exact when a
+//! ring is too full for the kernel to write its own Lost record.
+//!
+//! Waiting holds nothing the reading needs: [`Sampler::wait`] waits on the events' epoll set and an eventfd that
+//! a [`SamplerWaker`] (or the C API's `NtClose`) signals.
 //!
 //! # Lifetime
 //! Dropping a sampler closes every event and unmaps every ring. A sampler is dead in a `fork()`ed child (its
 //! rings are not mapped there): every call returns `STATUS_INVALID_HANDLE`, and dropping it only closes the
-//! child's copies of the descriptors.
+//! child's copies of the descriptors. A `fork()` inside the read function leaves the child's `read` at once with
+//! that status; the record's borrowed parts point into the parent's rings and must not be read in the child.
 
 mod build;
 mod builder;
@@ -263,7 +270,7 @@ impl Sampler {
                     None => return ControlFlow::Continue(()),
                     Some(SampleRecord::Lost { lost: n, time }) => {
                         saw_lost = true;
-                        match lost.from_record(n) {
+                        match lost.add_record(n) {
                             0 => return ControlFlow::Continue(()),
                             added => SampleRecord::Lost { lost: added, time },
                         }
@@ -280,7 +287,7 @@ impl Sampler {
             }
             let free = drained.size.saturating_sub(drained.used);
             if *events_count_lost && (saw_lost || free < NO_LOSS_FREE_BYTES) {
-                let added = lost.from_events();
+                let added = lost.add_event_counts();
                 if added > 0 {
                     let record = SampleRecord::Lost {
                         lost: added,

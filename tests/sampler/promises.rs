@@ -239,6 +239,7 @@ fn memlock_helper() {
         Err(e) => {
             println!("RESULT build {e}");
             let _ = child.kill();
+            let _ = child.wait();
             return;
         }
     };
