@@ -22,7 +22,9 @@ mod cbuild;
 mod common;
 
 mod errors;
+mod promises;
 mod stacks;
+mod stress;
 mod tree;
 
 /// The programs of this folder, built once per test into `scratch`.
