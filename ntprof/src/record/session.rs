@@ -27,6 +27,8 @@ const BUSY_FOR: Duration = Duration::from_millis(500);
 pub enum Targets<'a> {
     /// These processes (and, following, their children).
     Pids(&'a [u32]),
+    /// These opened processes (and, following, their children).
+    Processes(&'a [ntprofile::Process]),
     /// Every process (the kernel profile).
     Global,
 }
@@ -114,6 +116,7 @@ impl Session {
         let mut infos = Vec::new();
         let first_pid = match targets {
             Targets::Pids(p) => p.first().copied(),
+            Targets::Processes(p) => p.first().map(ntprofile::Process::pid),
             Targets::Global => None,
         };
         for (i, &source) in sources.iter().enumerate() {
@@ -126,6 +129,7 @@ impl Session {
                 .inherit(follow && !matches!(targets, Targets::Global));
             b = match targets {
                 Targets::Pids(pids) => pids.iter().fold(b, |b, &pid| b.pid(pid)),
+                Targets::Processes(procs) => procs.iter().fold(b, |b, p| b.process(p)),
                 Targets::Global => b.global(),
             };
             if let Some(interval) = opts.interval_for(source) {
@@ -245,6 +249,11 @@ impl Session {
             counts.throttled = counts.throttled.max(st.throttled);
         }
         Ok(())
+    }
+
+    /// True when every target and every process they started has exited (every event hung up).
+    pub fn targets_exited(&self) -> bool {
+        self.samplers.first().is_some_and(Sampler::targets_exited)
     }
 
     /// The counts so far, for the progress line.
