@@ -20,7 +20,7 @@ pub const ROUND: Duration = Duration::from_millis(100);
 /// `/proc` while it still runs (a compiler pass of a small file lives a few tens of milliseconds).
 const FAST_ROUND: Duration = Duration::from_millis(2);
 /// How long rounds stay fast after the last fork or exec read.
-const BUSY_FOR: Duration = Duration::from_millis(500);
+const BUSY_FOR: Duration = Duration::from_secs(3);
 
 /// Who is sampled.
 #[derive(Clone, Copy)]
