@@ -127,7 +127,7 @@ fn folded_names<'a>(procs: impl Iterator<Item = &'a ProcessReport>) -> String {
             None => counts.push((&p.command, 1)),
         }
     }
-    counts.sort_by(|a, b| b.1.cmp(&a.1));
+    counts.sort_by_key(|c| std::cmp::Reverse(c.1));
     let mut names: Vec<String> = counts
         .iter()
         .take(FOLDED_NAMES)
