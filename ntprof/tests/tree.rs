@@ -684,6 +684,7 @@ fn attach_profiles_the_children_running_before_it_for_the_whole_attach() {
             .map_or(0, |q| u(&q["counted"]) + u(&q["outside"]));
         // The whole attach: about its CPU time during the attach over the interval (the window measured here
         // also holds ntprof's start and end, so it is an upper bound), never more than its wall time allows.
+        // (On a loaded machine a busy child may get a tenth of a processor: the floor is low.)
         let expected = used / interval_s;
         let most = duration / interval_s;
         eprintln!(
@@ -691,7 +692,7 @@ fn attach_profiles_the_children_running_before_it_for_the_whole_attach() {
              attach {duration:.3} s (≤ {most:.0} samples)"
         );
         assert!(
-            samples as f64 >= 0.5 * expected && samples >= 50,
+            samples as f64 >= 0.5 * expected && samples >= 20,
             "child {child}: {samples} samples, {expected:.0} expected"
         );
         assert!(
@@ -699,7 +700,7 @@ fn attach_profiles_the_children_running_before_it_for_the_whole_attach() {
             "child {child}: {samples} samples in {duration} s"
         );
         let f = ["worker_one", "worker_two"][i];
-        assert!(function_samples(s, f) >= 50, "{f}");
+        assert!(function_samples(s, f) >= 20, "{f}");
     }
     assert!(r["run"]["explanations"].as_array().unwrap().is_empty());
     let text = String::from_utf8_lossy(&alone.stdout);
