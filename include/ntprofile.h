@@ -567,7 +567,10 @@ typedef struct _NTPROFILE_SAMPLER_CONFIG {
     USHORT MaxCallchain;     /* 0 = no call chain; else at most this many entries (capped by the kernel) */
     USHORT Reserved1;        /* 0 */
     ULONG UserStackSize;     /* 0 = no user stack copy; else bytes per sample (rounded to 8, at most 65528) */
-    ULONG RingPages;         /* data pages per CPU ring, a power of two; 0 = the default */
+    ULONG RingPages;         /* data pages per CPU ring, a power of two that holds two of the largest samples and a
+                                Lost record (1 page without a stack copy, 64 with UserStackSize 65528; see
+                                docs/api.md section 8, "Rings"), else STATUS_INVALID_PARAMETER; 0 = the default.
+                                Every CPU's ring has the same size, halved together while locked memory is short */
     ULONG Reserved2;         /* 0 */
 } NTPROFILE_SAMPLER_CONFIG, *PNTPROFILE_SAMPLER_CONFIG;
 
@@ -601,7 +604,7 @@ typedef struct _NTPROFILE_RECORD {
     ULONG Reserved;
     ULONGLONG Time;           /* CLOCK_MONOTONIC nanoseconds */
     ULONGLONG Address;        /* Sample: ip; Mmap: start */
-    ULONGLONG Length;         /* Mmap: length; Lost: records lost */
+    ULONGLONG Length;         /* Mmap: length; Lost: records the ring lost that no earlier Lost record reported */
     ULONGLONG Offset;         /* Mmap: file offset (pgoff) */
     ULONG Protection;         /* Mmap: PROT_* */
     ULONG MapFlags;           /* Mmap: MAP_* */
@@ -616,13 +619,16 @@ typedef struct _NTPROFILE_RECORD {
 } NTPROFILE_RECORD, *PNTPROFILE_RECORD;
 
 /* Called for each record, on the caller's thread, inside NtprofileReadSampler. The record and everything it
- * points to live only during the call: copy what you keep. */
+ * points to live only during the call: copy what you keep. After fork() inside the routine, the child must not
+ * read Callchain or Stack (they point into the parent's rings, not mapped in the child); the child's read
+ * returns STATUS_INVALID_HANDLE once the routine returns. */
 typedef VOID (NTAPI *PNTPROFILE_RECORD_ROUTINE)(const NTPROFILE_RECORD *Record, PVOID Context);
 
 typedef struct _NTPROFILE_SAMPLER_STATISTICS {
     ULONGLONG Records;        /* records delivered */
     ULONGLONG Samples;        /* Sample records delivered */
-    ULONGLONG Lost;           /* records the kernel dropped (a full ring) */
+    ULONGLONG Lost;           /* records the kernel could not write (a full ring), counted from the kernel's own
+                                 per-event count where it has one (Linux 6.0+): Samples + Lost is what it took */
     ULONGLONG Throttled;      /* throttle records */
     ULONGLONG Unthrottled;    /* unthrottle records */
     ULONG TargetsExited;      /* 1 when every target process (and, with INHERIT, its descendants) has exited */
@@ -632,8 +638,8 @@ typedef struct _NTPROFILE_SAMPLER_STATISTICS {
 /* NtprofileCreateSampler -- open a sampler's events, disabled, and write its handle. Statuses, in order:
  * STATUS_ACCESS_VIOLATION (SamplerHandle not writable, Config or ProcessIds not readable);
  * STATUS_INVALID_PARAMETER (Config NULL, Size wrong, an unknown flag or a non-zero Reserved field, GLOBAL with
- * ProcessCount, ProcessIds NULL with a count, RingPages not a power of two, UserStackSize above 65528, Affinity
- * naming no online processor); STATUS_DATATYPE_MISALIGNMENT (Config or ProcessIds misaligned);
+ * ProcessCount, ProcessIds NULL with a count, RingPages not a power of two or too small for two of the largest
+ * samples, UserStackSize above 65528, Affinity naming no online processor); STATUS_DATATYPE_MISALIGNMENT (Config or ProcessIds misaligned);
  * STATUS_NOT_SUPPORTED (the source cannot be sampled here); STATUS_PRIVILEGE_NOT_HELD (GLOBAL or KERNEL without
  * the privilege); STATUS_INVALID_CID (no such pid); STATUS_ACCESS_DENIED (a process the caller may not
  * profile); STATUS_INSUFFICIENT_RESOURCES (descriptors, memory or ring memory ran out). A target that exits
@@ -649,7 +655,10 @@ NTSYSCALLAPI NTSTATUS NTAPI NtprofileEnableSampler(HANDLE SamplerHandle, BOOLEAN
  * each record (records of one ring in order; across rings, order them by Time). A NULL Routine drains and
  * counts only. *RecordCount (optional) receives the number of records. Pointers in a record live only during
  * the call. A call on the same sampler from inside Routine (other than NtClose) returns
- * STATUS_INVALID_PARAMETER. */
+ * STATUS_INVALID_PARAMETER. The wait holds no lock: other threads' NtprofileQuerySamplerStatistics and
+ * NtprofileEnableSampler answer during it, and NtClose of the handle ends it at once (any timeout, 0xFFFFFFFF
+ * included) with STATUS_INVALID_HANDLE. In a fork()ed child (fork() inside Routine included) it returns
+ * STATUS_INVALID_HANDLE. */
 NTSYSCALLAPI NTSTATUS NTAPI NtprofileReadSampler(HANDLE SamplerHandle, ULONG TimeoutMilliseconds,
                                                  PNTPROFILE_RECORD_ROUTINE Routine, PVOID Context,
                                                  PULONG RecordCount);

@@ -93,7 +93,7 @@ pub use modules::{
 pub use profile::ProfileStats;
 pub use sampler::{
     BlockedThread, BlockedThreadReader, CallchainContext, Mmap, Sample, SampleRecord, Sampler,
-    SamplerBuilder, SamplerStats, UserRegs, read_blocked_thread, sampler_clock_ns,
+    SamplerBuilder, SamplerStats, SamplerWaker, UserRegs, read_blocked_thread, sampler_clock_ns,
 };
 pub use source::{
     IntervalUnit, PerfEventSpec, ProfileSource, SourceInfo, Support, list_sources,

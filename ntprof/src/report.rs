@@ -196,6 +196,35 @@ pub struct RunInfo {
     /// its children were left out), one sentence each; empty when the samples are as many as expected.
     #[serde(default)]
     pub explanations: Vec<String>,
+    /// How the JIT code of each process with some was named: from the runtime's jitdump file, by time, or from
+    /// its perf map file, by address alone; empty when no process had named JIT code.
+    #[serde(default)]
+    pub jit: Vec<JitReport>,
+}
+
+/// How the JIT code of one process was named (`run.jit[]`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JitReport {
+    /// The process's pid.
+    pub pid: u32,
+    /// `jitdump` (the runtime's dump file: code loads and moves with their times) or `perf map`
+    /// (`/tmp/perf-PID.map`: addresses and names, no times).
+    pub kind: String,
+    /// The file's path.
+    pub path: String,
+    /// Code loads (jitdump) or lines (perf map) read from it.
+    pub records: u64,
+    /// Loads or lines whose code covered code loaded before it (the JIT reused the memory).
+    pub reused: u64,
+    /// Samples (of every source) in the process's JIT code that the file was asked to name.
+    pub samples: u64,
+    /// Of those, the samples named by the code that was at their address at their time (jitdump).
+    pub named_by_time: u64,
+    /// Of those, the samples in ranges that several perf map lines cover (perf map): each is named by the
+    /// latest line whatever its time, so names there may be mixed.
+    pub mixed: u64,
+    /// What went wrong with the file (unreadable, not a jitdump, cut short), if anything.
+    pub problem: Option<String>,
 }
 
 /// A designed share of the samples (`--expect FUNCTION=PERCENT`).

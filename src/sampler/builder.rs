@@ -145,8 +145,11 @@ impl SamplerBuilder {
         self
     }
 
-    /// Data pages per CPU ring (a power of two, else `STATUS_INVALID_PARAMETER`). Default 128 (512 with
-    /// [`user_stack`](Self::user_stack)); halved while the locked-memory budget refuses the mapping.
+    /// Data pages per CPU ring: a power of two that holds two of the largest samples this sampler writes and
+    /// the kernel's Lost record (1 page without a stack copy, 64 with a 65528-byte one), else
+    /// `STATUS_INVALID_PARAMETER` naming the size that works. Default 128 (512 with
+    /// [`user_stack`](Self::user_stack)); every CPU's ring the same size, all halved together while the
+    /// locked-memory budget refuses a mapping, never below that least size.
     pub fn ring_pages(mut self, pages: usize) -> Self {
         self.ring_pages = Some(pages);
         self
@@ -175,11 +178,13 @@ impl SamplerBuilder {
     ///
     /// # Errors
     /// In this order: `STATUS_INVALID_PARAMETER` (a global sampler naming processes, a CPU not online, a ring
-    /// size that is not a power of two, a user-stack size above 65528, a wake-up size of 0 or above the ring), `STATUS_NOT_SUPPORTED` (the source has
+    /// size that is not a power of two or too small for two of the largest samples, a user-stack size above
+    /// 65528, a wake-up size of 0 or above the ring), `STATUS_NOT_SUPPORTED` (the source has
     /// no perf event here, or a user-stack copy on an architecture without a register map),
     /// `STATUS_PRIVILEGE_NOT_HELD` (global or kernel sampling without the privilege), `STATUS_INVALID_CID` (no
     /// such pid), `STATUS_ACCESS_DENIED` (the caller may not profile a target), `STATUS_INSUFFICIENT_RESOURCES`
-    /// (descriptors, memory or ring memory ran out: a passing shortage, never the arguments' fault).
+    /// (descriptors, memory or ring memory ran out, for rings of the least size too: a passing shortage, never
+    /// the arguments' fault).
     ///
     /// A target that exits before or while the events open is not an error: the sampler is built, and
     /// [`Sampler::targets_exited`] is true once every target is gone.

@@ -22,8 +22,10 @@ mod cbuild;
 mod common;
 
 mod errors;
+mod promises;
 mod stacks;
 mod switches;
+mod stress;
 mod tree;
 
 /// The programs of this folder, built once per test into `scratch`.

@@ -74,7 +74,7 @@ pub struct ProfileArgs {
     pub bucket: Option<u32>,
     /// Profile CMD (or the attached processes) alone, not the processes they start (perf's option name). By
     /// default every process started, transitively (fork, vfork, clone, posix_spawn, exec), is profiled from
-    /// its first instruction.
+    /// its first instruction (and an attach follows the descendants running at the attach too).
     #[arg(long)]
     pub no_inherit: bool,
     /// Randomize each sample period by up to +- PERCENT % (0..=90) so that periodic work cannot alias with it.
@@ -139,8 +139,8 @@ pub struct RecordArgs {
 /// `ntprof attach`.
 #[derive(Debug, Clone, Args)]
 pub struct AttachArgs {
-    /// The process to profile, or a comma list of them (--pid 12,34); the processes they start while attached
-    /// are profiled too, unless --no-inherit.
+    /// The process to profile, or a comma list of them (--pid 12,34); unless --no-inherit, their descendants
+    /// are profiled too: those running at the attach and those started while attached.
     #[arg(short = 'p', long, value_name = "PID[,PID...]", value_delimiter = ',', required = true,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub pid: Vec<u32>,

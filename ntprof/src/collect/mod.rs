@@ -54,7 +54,7 @@ pub fn build(
             used_module[loc.module as usize] = true;
         }
     }
-    let symbols = Symbolizers::open(&tracker.modules.list, &used_module, kallsyms);
+    let symbols = Symbolizers::open(&tracker.modules.list, &used_module, kallsyms, &tracker.jit);
     let located: Vec<_> = tracker
         .stacks
         .locs
@@ -195,6 +195,7 @@ pub fn run_info(mode: &str, command: Vec<String>, pid: Option<u32>, started_at: 
         notes: Vec::new(),
         expected: Vec::new(),
         explanations: Vec::new(),
+        jit: Vec::new(),
     }
 }
 

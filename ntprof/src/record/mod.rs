@@ -176,6 +176,9 @@ fn finish_report(
         .off_cpu
         .as_ref()
         .and_then(|w| crate::offcpu::report::build(t, w, &processes));
+    run.jit = t.jit.reports.clone();
+    run.notes
+        .extend(crate::tree::jitdump::JitState::notes(&run.jit));
     Report {
         schema_version: SCHEMA_VERSION,
         tool: format!("ntprof {}", env!("CARGO_PKG_VERSION")),

@@ -182,6 +182,7 @@ mod tests {
                 executable: Some("/tmp/prog".into()),
                 follow_children: true,
                 explanations: vec!["a reason".into()],
+                jit: Vec::new(),
                 symbolize_ms: 1.5,
                 call_graph: None,
                 recorder_cpu_ms: 12.5,
