@@ -69,15 +69,31 @@ pub fn folded_stacks(report: &Report, source: &SourceReport) -> Vec<String> {
 }
 
 /// `--format folded`: the folded stacks of the first source (its call stacks, or without them its
-/// module → function → line hierarchy), one `frames samples` line each.
+/// module → function → line hierarchy), one `frames samples` line each. With off-CPU sources (`--off-cpu`), a
+/// wall-time view: every source's stacks under a root frame named after the source (`Timer`, `off_cpu`,
+/// `preempted`), each value in the source's unit (`samples × sample_value`: nanoseconds for the time sources
+/// and the off-CPU ones).
 pub fn folded_text(report: &Report) -> String {
     let Some(source) = report.sources.first() else {
         return String::new();
     };
     let mut out = String::new();
-    for line in source_folded(report, source) {
-        out.push_str(&line);
-        out.push('\n');
+    if !report.sources.iter().any(SourceReport::is_off_cpu) {
+        for line in source_folded(report, source) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        return out;
+    }
+    for source in &report.sources {
+        for line in source_folded(report, source) {
+            let Some((frames, n)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let n: u64 = n.parse().unwrap_or(0);
+            let value = n.saturating_mul(source.sample_value);
+            out.push_str(&format!("{};{frames} {value}\n", frame_name(&source.name)));
+        }
     }
     out
 }
@@ -147,13 +163,28 @@ pub fn render_source(report: &Report, source: &SourceReport) -> Result<Vec<u8>, 
         report.run.command.join(" ")
     };
     let mut options = Options::default();
-    options.title = format!("ntprof: {} samples of {what}", source.name);
     let s = source.stats;
-    options.subtitle = Some(format!(
-        "{} samples counted, {} outside the profiled modules, {} lost; interval {} ({} units)",
-        s.counted, s.outside, s.lost, source.interval, source.interval_unit
-    ));
-    options.count_name = "samples".into();
+    if source.is_off_cpu() {
+        let what_kind = if source.name == "off_cpu" {
+            "time blocked (sleep, I/O, locks, children)"
+        } else {
+            "time preempted (runnable, waiting for a CPU)"
+        };
+        options.title = format!("ntprof: off-CPU {what_kind} of {what}");
+        options.subtitle = Some(format!(
+            "{:.1} ms off CPU; the top frame is the wait (system call), below it the stack that blocked; width = \
+             time",
+            (s.counted + s.outside) as f64 / 1e6
+        ));
+        options.count_name = "ns".into();
+    } else {
+        options.title = format!("ntprof: {} samples of {what}", source.name);
+        options.subtitle = Some(format!(
+            "{} samples counted, {} outside the profiled modules, {} lost; interval {} ({} units)",
+            s.counted, s.outside, s.lost, source.interval, source.interval_unit
+        ));
+        options.count_name = "samples".into();
+    }
     options.name_type = "Frame:".into();
     let mut svg = Vec::new();
     flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut svg)

@@ -64,7 +64,11 @@ fn callers(source: &SourceReport) -> Callers<'_> {
 /// The call-stack sections of every source that has stacks.
 pub fn render(report: &Report, top: usize, call_tree: bool) -> String {
     let mut out = String::new();
-    for source in report.sources.iter().filter(|s| !s.stacks.is_empty()) {
+    for source in report
+        .sources
+        .iter()
+        .filter(|s| !s.stacks.is_empty() && !s.is_off_cpu())
+    {
         called_from(&mut out, source, top);
         if call_tree {
             tree(&mut out, report, source);
