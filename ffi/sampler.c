@@ -7,10 +7,12 @@
  * Build: gcc -O2 -std=c11 -I include ffi/sampler.c -L <dir> -lntprofile -Wl,-rpath,<dir>
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -163,6 +165,159 @@ static NTPROFILE_SAMPLER_CONFIG config_for(const ULONG *pids, ULONG count)
     return c;
 }
 
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* A child that waits for a byte on the pipe, then spins `ms` of CPU time (0: waits on, idle, until the pipe
+   closes). */
+static pid_t start_spinner(int *go, double ms)
+{
+    int fds[2];
+    if (pipe(fds) != 0) exit(2);
+    pid_t pid = fork();
+    if (pid < 0) exit(2);
+    if (pid == 0) {
+        char c;
+        close(fds[1]);
+        if (read(fds[0], &c, 1) != 1) _exit(0);
+        spin(ms);
+        _exit(0);
+    }
+    close(fds[0]);
+    *go = fds[1];
+    return pid;
+}
+
+struct totals {
+    ULONGLONG samples;
+    ULONGLONG lost;
+};
+
+static VOID NTAPI add_up(const NTPROFILE_RECORD *r, PVOID context)
+{
+    struct totals *t = (struct totals *)context;
+    if (r->Type == NtprofileRecordSample) t->samples++;
+    if (r->Type == NtprofileRecordLost) t->lost += r->Length;
+}
+
+struct waiting_read {
+    HANDLE sampler;
+    ULONG timeout;
+    NTSTATUS status;
+    double ended;
+};
+
+static void *read_in_thread(void *arg)
+{
+    struct waiting_read *w = (struct waiting_read *)arg;
+    w->status = NtprofileReadSampler(w->sampler, w->timeout, NULL, NULL, NULL);
+    w->ended = now_ms();
+    return NULL;
+}
+
+static pid_t fork_parent;
+static int forks_left;
+
+static VOID NTAPI fork_once(const NTPROFILE_RECORD *r, PVOID context)
+{
+    (void)r;
+    (void)context;
+    if (getpid() == fork_parent && forks_left > 0) {
+        forks_left--;
+        fork();
+    }
+}
+
+/* Nothing lost silently, a waiting read that blocks nobody, fork() inside the routine (docs/api.md section 8). */
+static void promises(void)
+{
+    printf("-- a ring too small for two samples is refused\n");
+    HANDLE h = NULL;
+    NTPROFILE_SAMPLER_CONFIG c = config_for(NULL, 0);
+    c.UserStackSize = 65528;
+    c.RingPages = 1;
+    EXPECT("UserStackSize 65528, RingPages 1", NtprofileCreateSampler(&h, &c), STATUS_INVALID_PARAMETER);
+    c.RingPages = 16;
+    EXPECT("UserStackSize 65528, RingPages 16", NtprofileCreateSampler(&h, &c), STATUS_INVALID_PARAMETER);
+
+    printf("-- a full ring that cannot write a Lost record still counts every sample\n");
+    int go;
+    pid_t child = start_spinner(&go, 400);
+    ULONG pids[1] = {(ULONG)child};
+    c = config_for(pids, 1);
+    c.Flags = NTPROFILE_SAMPLER_INHERIT;
+    c.Interval = 10000;
+    c.UserStackSize = 65528;
+    c.RingPages = 64;
+    EXPECT("UserStackSize 65528, RingPages 64", NtprofileCreateSampler(&h, &c), STATUS_SUCCESS);
+    EXPECT("NtprofileEnableSampler", NtprofileEnableSampler(h, 1), STATUS_SUCCESS);
+    if (write(go, "g", 1) != 1) exit(2);
+    close(go);
+    int status;
+    struct rusage ru;
+    wait4(child, &status, 0, &ru);
+    double user_ms = ru.ru_utime.tv_sec * 1e3 + ru.ru_utime.tv_usec / 1e3;
+    struct totals t = {0, 0};
+    EXPECT("NtprofileReadSampler (once, at the end)", NtprofileReadSampler(h, 0, add_up, &t, NULL), STATUS_SUCCESS);
+    NTPROFILE_SAMPLER_STATISTICS stats;
+    EXPECT("NtprofileQuerySamplerStatistics", NtprofileQuerySamplerStatistics(h, &stats), STATUS_SUCCESS);
+    CHECK("Samples + Lost as the CPU time says", t.samples + t.lost >= 0.8 * user_ms && t.samples + t.lost <= 1.15 * user_ms + 2,
+          "%llu samples + %llu lost for %.0f ms of user time at 1 ms", (unsigned long long)t.samples,
+          (unsigned long long)t.lost, user_ms);
+    CHECK("Lost records sum to Lost", stats.Lost == t.lost && stats.Samples == t.samples, "%llu/%llu",
+          (unsigned long long)stats.Lost, (unsigned long long)t.lost);
+    EXPECT("NtClose", NtClose(h), STATUS_SUCCESS);
+
+    printf("-- a waiting read blocks nobody, and NtClose ends it\n");
+    child = start_spinner(&go, 0);
+    pids[0] = (ULONG)child;
+    c = config_for(pids, 1);
+    EXPECT("NtprofileCreateSampler(idle child)", NtprofileCreateSampler(&h, &c), STATUS_SUCCESS);
+    EXPECT("NtprofileEnableSampler", NtprofileEnableSampler(h, 1), STATUS_SUCCESS);
+    struct waiting_read w = {h, 0xFFFFFFFFu, -1, 0};
+    pthread_t thread;
+    if (pthread_create(&thread, NULL, read_in_thread, &w) != 0) exit(2);
+    usleep(100000);
+    double t0 = now_ms();
+    EXPECT("NtprofileQuerySamplerStatistics during the wait", NtprofileQuerySamplerStatistics(h, &stats),
+           STATUS_SUCCESS);
+    EXPECT("NtprofileEnableSampler(FALSE) during the wait", NtprofileEnableSampler(h, 0), STATUS_SUCCESS);
+    double took = now_ms() - t0;
+    CHECK("query and enable answer during the wait", took < 50, "%.3f ms", took);
+    double closed = now_ms();
+    EXPECT("NtClose during the wait", NtClose(h), STATUS_SUCCESS);
+    double deadline = now_ms() + 5000;
+    while (w.ended == 0 && now_ms() < deadline) usleep(1000);
+    CHECK("NtClose ends a read waiting with an endless timeout", w.ended != 0 && w.ended - closed < 500,
+          "%s %.3f ms after NtClose", w.ended != 0 ? "ended" : "still waiting", (w.ended ? w.ended : now_ms()) - closed);
+    if (w.ended != 0) {
+        pthread_join(thread, NULL);
+        EXPECT("the closed read's status", w.status, STATUS_INVALID_HANDLE);
+    }
+    close(go);
+    waitpid(child, NULL, 0);
+
+    printf("-- fork() inside the record routine\n");
+    c = config_for(NULL, 0);
+    c.Interval = 1000;
+    EXPECT("NtprofileCreateSampler(current)", NtprofileCreateSampler(&h, &c), STATUS_SUCCESS);
+    EXPECT("NtprofileEnableSampler", NtprofileEnableSampler(h, 1), STATUS_SUCCESS);
+    spin(50);
+    fork_parent = getpid();
+    forks_left = 1;
+    NTSTATUS s = NtprofileReadSampler(h, 0, fork_once, NULL, NULL);
+    if (getpid() != fork_parent) _exit(s == STATUS_INVALID_HANDLE ? 0 : 1);
+    EXPECT("the parent's read", s, STATUS_SUCCESS);
+    pid_t forked = wait(&status);
+    CHECK("the child's read returns STATUS_INVALID_HANDLE (no crash)",
+          forked > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0, "pid %d, status 0x%x", (int)forked, status);
+    EXPECT("NtClose", NtClose(h), STATUS_SUCCESS);
+}
+
 int main(void)
 {
     printf("-- a forked child and its own child, sampled\n");
@@ -292,6 +447,8 @@ int main(void)
     CHECK("own samples", seen.child_samples >= 100 && seen.other_samples == 0, "%u own, %u other",
           (unsigned)seen.child_samples, (unsigned)seen.other_samples);
     EXPECT("NtClose", NtClose(h), STATUS_SUCCESS);
+
+    promises();
 
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

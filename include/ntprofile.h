@@ -556,6 +556,7 @@ _Static_assert(offsetof(NTPROFILE_MODULE_INFO, FullPathName) == 40, "ntprofile_m
 #define NTPROFILE_SAMPLER_GLOBAL    0x00000002u /* every process; ProcessCount must be 0 */
 #define NTPROFILE_SAMPLER_KERNEL    0x00000004u /* kernel samples too (CAP_PERFMON or perf_event_paranoid <= 1) */
 #define NTPROFILE_SAMPLER_SIDEBAND  0x00000008u /* mmap, comm, fork, exit records */
+#define NTPROFILE_SAMPLER_SWITCH    0x00000010u /* a Switch record at each context switch of a target thread */
 
 typedef struct _NTPROFILE_SAMPLER_CONFIG {
     ULONG Size;              /* sizeof(NTPROFILE_SAMPLER_CONFIG); else STATUS_INVALID_PARAMETER */
@@ -571,7 +572,10 @@ typedef struct _NTPROFILE_SAMPLER_CONFIG {
                                 the context markers besides (see CallchainCount) */
     USHORT Reserved1;        /* 0 */
     ULONG UserStackSize;     /* 0 = no user stack copy; else bytes per sample (rounded to 8, at most 65528) */
-    ULONG RingPages;         /* data pages per CPU ring, a power of two; 0 = the default */
+    ULONG RingPages;         /* data pages per CPU ring, a power of two that holds two of the largest samples and a
+                                Lost record (1 page without a stack copy, 64 with UserStackSize 65528; see
+                                docs/api.md section 8, "Rings"), else STATUS_INVALID_PARAMETER; 0 = the default.
+                                Every CPU's ring has the same size, halved together while locked memory is short */
     ULONG Reserved2;         /* 0 */
 } NTPROFILE_SAMPLER_CONFIG, *PNTPROFILE_SAMPLER_CONFIG;
 
@@ -583,7 +587,8 @@ typedef enum _NTPROFILE_RECORD_TYPE {
     NtprofileRecordExit,
     NtprofileRecordLost,
     NtprofileRecordThrottle,
-    NtprofileRecordUnthrottle
+    NtprofileRecordUnthrottle,
+    NtprofileRecordSwitch     /* NTPROFILE_SAMPLER_SWITCH: Pid/Tid left (SWITCH_OUT) or reached CPU Cpu at Time */
 } NTPROFILE_RECORD_TYPE;
 
 /* NTPROFILE_RECORD.Flags */
@@ -593,6 +598,8 @@ typedef enum _NTPROFILE_RECORD_TYPE {
                                           HAS_REGS set, KERNEL clear); docs/linux-mapping.md */
 #define NTPROFILE_RECORD_EXEC     0x2u /* Comm: the comm changed because of an exec */
 #define NTPROFILE_RECORD_HAS_REGS 0x4u /* Sample: UserIp, UserSp and UserBp are valid */
+#define NTPROFILE_RECORD_SWITCH_OUT 0x8u /* Switch: the thread left the CPU (else it came onto it) */
+#define NTPROFILE_RECORD_PREEMPT  0x10u /* Switch out: the thread was still runnable (preempted, involuntary) */
 
 typedef struct _NTPROFILE_RECORD {
     ULONG Type;               /* NTPROFILE_RECORD_TYPE */
@@ -601,11 +608,11 @@ typedef struct _NTPROFILE_RECORD {
     ULONG Tid;
     ULONG ParentPid;          /* Fork, Exit: the parent's pid (a new thread has ParentPid == Pid) */
     ULONG ParentTid;          /* Fork, Exit: the parent's tid */
-    ULONG Cpu;                /* Sample: the CPU */
+    ULONG Cpu;                /* Sample, Switch: the CPU */
     ULONG Reserved;
     ULONGLONG Time;           /* CLOCK_MONOTONIC nanoseconds */
     ULONGLONG Address;        /* Sample: ip; Mmap: start */
-    ULONGLONG Length;         /* Mmap: length; Lost: records lost */
+    ULONGLONG Length;         /* Mmap: length; Lost: records the ring lost that no earlier Lost record reported */
     ULONGLONG Offset;         /* Mmap: file offset (pgoff) */
     ULONG Protection;         /* Mmap: PROT_* */
     ULONG MapFlags;           /* Mmap: MAP_* */
@@ -623,13 +630,16 @@ typedef struct _NTPROFILE_RECORD {
 /* Called for each record, on the caller's thread, inside NtprofileReadSampler. The record and everything it
  * points to live only during the call: copy what you keep. The routine must return normally: never leave it
  * with longjmp, a C++ exception or pthread_exit: the read is then half-way through a ring with state that only
- * a normal return puts back, and jumping over the library's frames is undefined behaviour. */
+ * a normal return puts back, and jumping over the library's frames is undefined behaviour. After fork() inside
+ * the routine, the child must not read Callchain or Stack (they point into the parent's rings, not mapped in the
+ * child); the child's read returns STATUS_INVALID_HANDLE once the routine returns. */
 typedef VOID (NTAPI *PNTPROFILE_RECORD_ROUTINE)(const NTPROFILE_RECORD *Record, PVOID Context);
 
 typedef struct _NTPROFILE_SAMPLER_STATISTICS {
     ULONGLONG Records;        /* records delivered */
     ULONGLONG Samples;        /* Sample records delivered */
-    ULONGLONG Lost;           /* records the kernel dropped (a full ring) */
+    ULONGLONG Lost;           /* records the kernel could not write (a full ring), counted from the kernel's own
+                                 per-event count where it has one (Linux 6.0+): Samples + Lost is what it took */
     ULONGLONG Throttled;      /* throttle records */
     ULONGLONG Unthrottled;    /* unthrottle records */
     ULONG TargetsExited;      /* 1 when every target process (and, with INHERIT, its descendants) has exited */
@@ -648,8 +658,8 @@ typedef struct _NTPROFILE_SAMPLER_STATISTICS {
  *  4. ProcessIds misaligned (not 4-byte aligned) -> STATUS_DATATYPE_MISALIGNMENT; not readable ->
  *     STATUS_ACCESS_VIOLATION;
  *  5. Source a value that is no source -> STATUS_NOT_SUPPORTED;
- *  6. RingPages not a power of two up to 2^20, UserStackSize above 65528, Affinity naming a processor that is
- *     not online -> STATUS_INVALID_PARAMETER;
+ *  6. RingPages not a power of two up to 2^20 or too small for two of the largest samples and a Lost record,
+ *     UserStackSize above 65528, Affinity naming a processor that is not online -> STATUS_INVALID_PARAMETER;
  *  7. a known source that cannot be sampled here -> STATUS_NOT_SUPPORTED, or STATUS_PRIVILEGE_NOT_HELD for a
  *     source sampled in the kernel (ProfileLinuxContextSwitches, ProfileLinuxCpuMigrations) when the caller
  *     may not sample the kernel;
@@ -675,7 +685,10 @@ NTSYSCALLAPI NTSTATUS NTAPI NtprofileEnableSampler(HANDLE SamplerHandle, BOOLEAN
  * each record (records of one ring in order; across rings, order them by Time). A NULL Routine drains and
  * counts only. *RecordCount (optional) receives the number of records. Pointers in a record live only during
  * the call. A call on the same sampler from inside Routine (other than NtClose) returns
- * STATUS_INVALID_PARAMETER. */
+ * STATUS_INVALID_PARAMETER. The wait holds no lock: other threads' NtprofileQuerySamplerStatistics and
+ * NtprofileEnableSampler answer during it, and NtClose of the handle ends it at once (any timeout, 0xFFFFFFFF
+ * included) with STATUS_INVALID_HANDLE. In a fork()ed child (fork() inside Routine included) it returns
+ * STATUS_INVALID_HANDLE. */
 NTSYSCALLAPI NTSTATUS NTAPI NtprofileReadSampler(HANDLE SamplerHandle, ULONG TimeoutMilliseconds,
                                                  PNTPROFILE_RECORD_ROUTINE Routine, PVOID Context,
                                                  PULONG RecordCount);
@@ -683,6 +696,30 @@ NTSYSCALLAPI NTSTATUS NTAPI NtprofileReadSampler(HANDLE SamplerHandle, ULONG Tim
 /* NtprofileQuerySamplerStatistics -- the sampler's counts so far and whether every target exited. */
 NTSYSCALLAPI NTSTATUS NTAPI NtprofileQuerySamplerStatistics(HANDLE SamplerHandle,
                                                             NTPROFILE_SAMPLER_STATISTICS *Statistics);
+
+/* NtprofileReadBlockedThread -- where thread Tid of process Pid waits, without stopping it (for off-CPU
+ * profilers: call it at the thread's Switch-out record). Reads /proc/PID/task/TID/syscall and copies up to
+ * StackBufferSize bytes of its user stack from UserSp (process_vm_readv); needs the right to trace the thread
+ * (same user). STATUS_SUCCESS with NTPROFILE_BLOCKED_RUNNING when the thread runs (its wait is over). The frame
+ * pointer is not readable this way: unwind the stack with CFI. Errors: Info NULL or not writable ->
+ * STATUS_ACCESS_VIOLATION, misaligned -> STATUS_DATATYPE_MISALIGNMENT; StackBuffer NULL with a size ->
+ * STATUS_INVALID_PARAMETER, not writable -> STATUS_ACCESS_VIOLATION; no such thread -> STATUS_INVALID_CID; not
+ * allowed -> STATUS_ACCESS_DENIED. */
+#define NTPROFILE_BLOCKED_IN_SYSCALL 0x1u /* Syscall and Arguments are valid */
+#define NTPROFILE_BLOCKED_RUNNING    0x2u /* the thread was running: nothing else is valid */
+
+typedef struct _NTPROFILE_BLOCKED_THREAD {
+    ULONG Flags;              /* NTPROFILE_BLOCKED_* */
+    ULONG Reserved;
+    ULONGLONG Syscall;        /* the system call's number (the architecture's table) */
+    ULONGLONG Arguments[6];
+    ULONGLONG UserIp, UserSp; /* at the kernel entry; StackBuffer holds the stack from UserSp */
+    ULONG StackSize;          /* bytes written to StackBuffer (at most 1 MiB per call) */
+    ULONG Reserved2;
+} NTPROFILE_BLOCKED_THREAD, *PNTPROFILE_BLOCKED_THREAD;
+
+NTSYSCALLAPI NTSTATUS NTAPI NtprofileReadBlockedThread(ULONG Pid, ULONG Tid, PVOID StackBuffer,
+                                                       ULONG StackBufferSize, NTPROFILE_BLOCKED_THREAD *Info);
 
 #if UINTPTR_MAX == 0xFFFFFFFFFFFFFFFFu && (defined(__cplusplus) && __cplusplus >= 201103L)
 static_assert(sizeof(NTPROFILE_SAMPLER_CONFIG) == 56, "ntprofile_sampler_config_size");
@@ -692,6 +729,7 @@ static_assert(sizeof(NTPROFILE_RECORD) == 136, "ntprofile_record_size");
 static_assert(offsetof(NTPROFILE_RECORD, Callchain) == 80, "ntprofile_record_callchain");
 static_assert(offsetof(NTPROFILE_RECORD, Name) == 120, "ntprofile_record_name");
 static_assert(sizeof(NTPROFILE_SAMPLER_STATISTICS) == 48, "ntprofile_sampler_statistics_size");
+static_assert(sizeof(NTPROFILE_BLOCKED_THREAD) == 88, "ntprofile_blocked_thread_size");
 #elif UINTPTR_MAX == 0xFFFFFFFFFFFFFFFFu && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(NTPROFILE_SAMPLER_CONFIG) == 56, "ntprofile_sampler_config_size");
 _Static_assert(offsetof(NTPROFILE_SAMPLER_CONFIG, ProcessIds) == 24, "ntprofile_sampler_config_pids");
@@ -700,6 +738,7 @@ _Static_assert(sizeof(NTPROFILE_RECORD) == 136, "ntprofile_record_size");
 _Static_assert(offsetof(NTPROFILE_RECORD, Callchain) == 80, "ntprofile_record_callchain");
 _Static_assert(offsetof(NTPROFILE_RECORD, Name) == 120, "ntprofile_record_name");
 _Static_assert(sizeof(NTPROFILE_SAMPLER_STATISTICS) == 48, "ntprofile_sampler_statistics_size");
+_Static_assert(sizeof(NTPROFILE_BLOCKED_THREAD) == 88, "ntprofile_blocked_thread_size");
 #endif
 
 /* NtprofileStatusMessage (ntprofile extension) -- what a status means: a static NUL-terminated sentence that

@@ -92,8 +92,8 @@ pub use modules::{
 };
 pub use profile::ProfileStats;
 pub use sampler::{
-    CallchainContext, Mmap, Sample, SampleRecord, Sampler, SamplerBuilder, SamplerStats, UserRegs,
-    sampler_clock_ns,
+    BlockedThread, BlockedThreadReader, CallchainContext, Mmap, Sample, SampleRecord, Sampler,
+    SamplerBuilder, SamplerStats, SamplerWaker, UserRegs, read_blocked_thread, sampler_clock_ns,
 };
 pub use source::{
     IntervalUnit, PerfEventSpec, ProfileSource, SourceInfo, Support, list_sources,

@@ -82,10 +82,21 @@ impl Module {
 }
 
 /// A function found by name: its exact range in the process, from the symbol table.
+///
+/// ```
+/// let s = ntprofile::find_function(None, Some("libc.so.6"), "getenv")?;
+/// assert_eq!((s.name.as_str(), s.demangled.as_str()), ("getenv", "getenv"));
+/// # Ok::<(), ntprofile::Error>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Symbol {
     /// The symbol's name as the symbol table has it (mangled for Rust and C++).
     pub name: String,
+    /// The name as people read it: a Rust symbol demangled to its path without the hash
+    /// (`_ZN5myapp4work17h…E` is `myapp::work`, the name `find_function` takes), legacy and v0 manglings alike;
+    /// any other name as [`Symbol::name`] has it (C++ names stay mangled: demangling them would need a C++
+    /// demangler in the library, which the profiling calls do not need; ntprof's reports demangle them).
+    pub demangled: String,
     /// The function's first address in the process (`st_value` + the module's load bias).
     pub address: u64,
     /// The function's size in bytes (`st_size`; 0 for hand-written assembly without a `.size` directive).
@@ -94,6 +105,14 @@ pub struct Symbol {
     pub module: String,
     /// The path of that module's file (empty for the kernel).
     pub module_path: PathBuf,
+}
+
+/// `raw` as people read it: a Rust symbol's path without its hash, any other name unchanged.
+pub(crate) fn demangle(raw: &str) -> String {
+    match rustc_demangle::try_demangle(raw) {
+        Ok(d) => format!("{d:#}"),
+        Err(_) => raw.to_string(),
+    }
 }
 
 impl Symbol {
@@ -173,5 +192,18 @@ mod tests {
         assert!(module_matches(&m, "/usr/lib/libm.so.6"));
         assert!(!module_matches(&m, "libmvec"));
         assert!(!module_matches(&m, "lib"));
+    }
+
+    #[test]
+    fn rust_names_are_demangled_without_their_hash() {
+        assert_eq!(
+            demangle("_ZN5myapp4work17h0123456789abcdefE"),
+            "myapp::work"
+        );
+        assert_eq!(demangle("_RNvCs1234_5myapp4work"), "myapp::work");
+        // C names, C++ names and versioned names are left as the table has them.
+        for raw in ["getenv", "_Z4worki", "memcpy@@GLIBC_2.14", ""] {
+            assert_eq!(demangle(raw), raw);
+        }
     }
 }

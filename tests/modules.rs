@@ -85,6 +85,8 @@ fn find_function_gives_the_exact_range_of_the_symbol() {
         hot.name.starts_with("_ZN") || hot.name.starts_with("_R"),
         "{hot:?}"
     );
+    // Beside the raw name, the name the lookup took.
+    assert_eq!(hot.demangled, "modules::section_hot", "{hot:?}");
     let exe = std::env::current_exe().unwrap().canonicalize().unwrap();
     assert_eq!(hot.module_path, exe);
     // By symbol name, in the program named by its file name, and by its path.
@@ -93,6 +95,7 @@ fn find_function_gives_the_exact_range_of_the_symbol() {
         let named = find_function(None, module, "ntprofile_modules_named_hot").expect("by name");
         assert_eq!((named.address, named.size), (base as u64, size as u64));
         assert_eq!(named.name, "ntprofile_modules_named_hot");
+        assert_eq!(named.demangled, named.name);
     }
     // The same function in this process found through /proc/self/maps (the other-process path).
     let via_maps = find_function(

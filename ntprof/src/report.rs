@@ -28,8 +28,92 @@ pub struct Report {
     /// the order they appeared.
     #[serde(default)]
     pub processes: Vec<ProcessReport>,
-    /// One entry per profile source of the run, in command-line order; each is reported on its own.
+    /// One entry per profile source of the run, in command-line order; each is reported on its own. With
+    /// `--off-cpu`, two more come last: `off_cpu` (voluntary waits) and `preempted` (involuntary switches),
+    /// whose `samples` are nanoseconds off CPU ([`SourceReport::is_off_cpu`]).
     pub sources: Vec<SourceReport>,
+    /// The off-CPU time of the run (`--off-cpu`): totals per process, thread and wait kind, and how it was
+    /// recorded; absent without `--off-cpu`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub off_cpu: Option<OffCpuReport>,
+}
+
+/// The off-CPU time of a run (`--off-cpu`). Its stacks are those of the `off_cpu` and `preempted` sources.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OffCpuReport {
+    /// How it was recorded: `switch-samples` (context-switch samples with the user state at the kernel entry,
+    /// and switch records: needs CAP_PERFMON or perf_event_paranoid <= 1) or `switch-records+proc` (switch
+    /// records, each blocked thread read from /proc and its memory: unprivileged).
+    pub mechanism: String,
+    /// What this mechanism could not see, one sentence each.
+    pub limits: Vec<String>,
+    /// Nanoseconds off CPU in voluntary waits (sleep, I/O, locks, children), every thread together.
+    pub voluntary_ns: u64,
+    /// Nanoseconds runnable but preempted (waiting for a CPU).
+    pub preempted_ns: u64,
+    /// Nanoseconds of waits whose stack was not known (`[wait not read]`), included in the two above.
+    pub unread_ns: u64,
+    /// Switch-outs the recorder saw.
+    pub switches: u64,
+    /// Blocked threads read from /proc (`switch-records+proc`).
+    pub reads: u64,
+    /// Readings that found the thread running again (its wait was shorter than the reading's delay).
+    pub missed: u64,
+    /// Switch records the kernel dropped (a full ring).
+    pub lost: u64,
+    /// Per process, in the order of [`Report::processes`], those with off-CPU time.
+    pub processes: Vec<OffCpuProcess>,
+    /// Per thread, most off-CPU time first.
+    pub threads: Vec<OffCpuThread>,
+    /// Per wait kind (the system call, `[no system call]`, `[wait not read]`), most time first.
+    pub kinds: Vec<OffCpuKind>,
+}
+
+/// The off-CPU time of one process.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OffCpuProcess {
+    /// [`ProcessReport::id`].
+    pub process: u32,
+    /// Its pid.
+    pub pid: u32,
+    /// Its command.
+    pub command: String,
+    /// Voluntary off-CPU nanoseconds, all its threads together.
+    pub voluntary_ns: u64,
+    /// Preempted nanoseconds.
+    pub preempted_ns: u64,
+}
+
+/// The off-CPU time of one thread.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OffCpuThread {
+    /// [`ProcessReport::id`] of its process.
+    pub process: u32,
+    /// Its process's pid.
+    pub pid: u32,
+    /// Its thread id.
+    pub tid: u32,
+    /// Its name (`comm`), empty when it could not be read.
+    pub name: String,
+    /// Voluntary off-CPU nanoseconds.
+    pub voluntary_ns: u64,
+    /// Preempted nanoseconds.
+    pub preempted_ns: u64,
+    /// Off-CPU intervals.
+    pub waits: u64,
+}
+
+/// The off-CPU time of one wait kind.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OffCpuKind {
+    /// The system call (`read`, `futex`, `clock_nanosleep`, …), `[no system call]` or `[wait not read]`.
+    pub kind: String,
+    /// Preemptions (true) or voluntary waits.
+    pub preempted: bool,
+    /// Nanoseconds.
+    pub ns: u64,
+    /// Intervals.
+    pub waits: u64,
 }
 
 /// One process of the run.
@@ -112,6 +196,35 @@ pub struct RunInfo {
     /// its children were left out), one sentence each; empty when the samples are as many as expected.
     #[serde(default)]
     pub explanations: Vec<String>,
+    /// How the JIT code of each process with some was named: from the runtime's jitdump file, by time, or from
+    /// its perf map file, by address alone; empty when no process had named JIT code.
+    #[serde(default)]
+    pub jit: Vec<JitReport>,
+}
+
+/// How the JIT code of one process was named (`run.jit[]`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JitReport {
+    /// The process's pid.
+    pub pid: u32,
+    /// `jitdump` (the runtime's dump file: code loads and moves with their times) or `perf map`
+    /// (`/tmp/perf-PID.map`: addresses and names, no times).
+    pub kind: String,
+    /// The file's path.
+    pub path: String,
+    /// Code loads (jitdump) or lines (perf map) read from it.
+    pub records: u64,
+    /// Loads or lines whose code covered code loaded before it (the JIT reused the memory).
+    pub reused: u64,
+    /// Samples (of every source) in the process's JIT code that the file was asked to name.
+    pub samples: u64,
+    /// Of those, the samples named by the code that was at their address at their time (jitdump).
+    pub named_by_time: u64,
+    /// Of those, the samples in ranges that several perf map lines cover (perf map): each is named by the
+    /// latest line whatever its time, so names there may be mixed.
+    pub mixed: u64,
+    /// What went wrong with the file (unreadable, not a jitdump, cut short), if anything.
+    pub problem: Option<String>,
 }
 
 /// A designed share of the samples (`--expect FUNCTION=PERCENT`).
@@ -167,6 +280,16 @@ pub struct SourceReport {
     #[serde(default)]
     pub locations: Vec<LocationReport>,
 }
+
+impl SourceReport {
+    /// An off-CPU source (`off_cpu`, `preempted`): its `samples` are nanoseconds off CPU.
+    pub fn is_off_cpu(&self) -> bool {
+        self.interval_unit == OFF_CPU_UNIT
+    }
+}
+
+/// The `interval_unit` of the off-CPU sources: each context switch is measured.
+pub const OFF_CPU_UNIT: &str = "switch";
 
 /// One distinct call stack of one command and its samples.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -466,8 +466,10 @@ fn flame_graph_parses_names_the_hot_functions_widest_where_the_samples_are_and_r
     };
     let all = frames
         .iter()
-        .find(|(t, _)| t.starts_with("all ("))
-        .expect("the root frame")
+        .find(|(t, _)| t.starts_with("all: ") && t.contains("split") && t.contains(" [Timer] ("))
+        .unwrap_or_else(|| {
+            panic!("the root frame, labelled with the command and the source: {frames:?}")
+        })
         .1;
     let (a, b) = (width("hot_a"), width("hot_b"));
     println!(

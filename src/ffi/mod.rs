@@ -3,7 +3,7 @@
 //! `source_exports` sources, intervals and statistics, `module_exports` modules and functions; `boundary` the
 //! panic boundary and pseudo-handles they share), the sampler extension's exports ([`sampler`]; its C types in
 //! `sampler_records`), the pointer probes they check C pointers with (`probe`), and the `#[repr(C)]` records
-//! they write (`records`). The handle table they name objects with is `crate::handles` (below the fork
+//! they write (`records`), and the blocked-thread reading of off-CPU profilers ([`blocked`]). The handle table they name objects with is `crate::handles` (below the fork
 //! handling, which invalidates it in a forked child).
 //!
 //! # Safety
@@ -12,6 +12,7 @@
 //! `probe` calls the guarded direct copy fallback of `perf::sys`; `records` views a record as its bytes. Each
 //! file allows `unsafe` itself and says why at each use.
 
+pub mod blocked;
 mod boundary;
 pub mod exports;
 mod module_exports;

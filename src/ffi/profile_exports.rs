@@ -262,8 +262,9 @@ pub extern "C" fn NtClose(handle: Handle) -> i32 {
             }
             // The pidfd closes with the last reference (a started profile's stream may still hold one).
             Object::Process(_) => {}
-            // A read running meanwhile holds its own reference: the sampler closes when it returns.
-            Object::Sampler(_) => {}
+            // A read waiting on it ends now; a read running meanwhile holds its own reference: the sampler
+            // closes when it returns.
+            Object::Sampler(any) => super::sampler::closed(&any),
         }
         Ok(())
     })

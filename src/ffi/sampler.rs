@@ -25,11 +25,11 @@ use super::probe;
 use super::sampler_records::{KNOWN_FLAGS, c_record, read_config};
 pub use super::sampler_records::{
     NtprofileRecord, RECORD_EXEC, RECORD_HAS_REGS, RECORD_KERNEL, RecordRoutine, SAMPLER_GLOBAL,
-    SAMPLER_INHERIT, SAMPLER_KERNEL, SAMPLER_SIDEBAND, SamplerConfig, SamplerStatistics,
-    record_type,
+    SAMPLER_INHERIT, SAMPLER_KERNEL, SAMPLER_SIDEBAND, SAMPLER_SWITCH, SamplerConfig,
+    SamplerStatistics, record_type,
 };
 use crate::handles::{Object, table};
-use crate::sampler::Sampler;
+use crate::sampler::{Sampler, SamplerWaker, WaitEnd};
 use crate::source::ProfileSource;
 use crate::status::NtStatus;
 
@@ -39,8 +39,21 @@ struct CSampler {
     name: Vec<u8>,
 }
 
-/// The object behind a sampler handle.
-type Shared = Mutex<CSampler>;
+/// The object behind a sampler handle: the sampler behind its lock, and its waker, which a read waits on
+/// without the lock (so that the other calls go on meanwhile) and `NtClose` closes (ending every wait).
+struct Shared {
+    waker: SamplerWaker,
+    inner: Mutex<CSampler>,
+}
+
+/// `NtClose` of a sampler handle (the object left the table): a read waiting on it ends at once with
+/// `STATUS_INVALID_HANDLE`; a read delivering records finishes its pass, and the sampler closes when the last
+/// call on it returns.
+pub(super) fn closed(object: &Arc<dyn std::any::Any + Send + Sync>) {
+    if let Some(shared) = object.downcast_ref::<Shared>() {
+        shared.waker.close();
+    }
+}
 
 /// The most process ids a configuration may name.
 const MAX_PROCESS_IDS: u32 = 65_536;
@@ -51,14 +64,10 @@ thread_local! {
     static READING: RefCell<Vec<usize>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The sampler a handle names (the table's lock is released before `f` runs, so that `f` may call back into
-/// the API, `NtClose` included). `reading`: `f` runs the caller's record routine, during which a call on the
-/// same sampler from this thread is refused instead of waiting for itself.
-fn with_sampler(
-    handle: Handle,
-    reading: bool,
-    f: impl FnOnce(&mut CSampler) -> Result<(), NtStatus>,
-) -> Result<(), NtStatus> {
+/// The sampler object a handle names (the table's lock is released before returning, so that the caller may
+/// call back into the API, `NtClose` included). A call from inside the same sampler's record routine on this
+/// thread is refused (`STATUS_INVALID_PARAMETER`): it would wait for itself.
+fn lookup(handle: Handle) -> Result<Arc<Shared>, NtStatus> {
     // The pseudo-handles name the current process and thread: objects of another type (as for NtStartProfile).
     if matches!(handle as usize, CURRENT_PROCESS | CURRENT_THREAD) {
         return Err(NtStatus::OBJECT_TYPE_MISMATCH);
@@ -75,18 +84,66 @@ fn with_sampler(
     let shared = object
         .downcast::<Shared>()
         .map_err(|_| NtStatus::INTERNAL_ERROR)?;
-    let key = Arc::as_ptr(&shared) as usize;
-    if READING.with(|r| r.borrow().contains(&key)) {
-        // Called from inside this sampler's own record routine.
+    if READING.with(|r| r.borrow().contains(&key(&shared))) {
         return Err(NtStatus::INVALID_PARAMETER);
     }
-    let mut guard = shared.lock().unwrap_or_else(PoisonError::into_inner);
-    if !reading {
-        return f(&mut guard);
+    Ok(shared)
+}
+
+fn key(shared: &Arc<Shared>) -> usize {
+    Arc::as_ptr(shared) as usize
+}
+
+/// Run `f` on the sampler a handle names, under its lock.
+fn with_sampler(
+    handle: Handle,
+    f: impl FnOnce(&mut CSampler) -> Result<(), NtStatus>,
+) -> Result<(), NtStatus> {
+    let shared = lookup(handle)?;
+    let mut guard = shared.inner.lock().unwrap_or_else(PoisonError::into_inner);
+    f(&mut guard)
+}
+
+/// Wait up to `timeout_ms` without the sampler's lock (after a look under it: data may be there already), then
+/// drain every ring under the lock, running `routine` with this sampler marked as reading on this thread.
+/// Returns the records delivered.
+fn read_sampler(
+    handle: Handle,
+    timeout_ms: u32,
+    routine: RecordRoutine,
+    context: *mut c_void,
+) -> Result<usize, NtStatus> {
+    let shared = lookup(handle)?;
+    if timeout_ms != 0 {
+        let pending = {
+            let guard = shared.inner.lock().unwrap_or_else(PoisonError::into_inner);
+            guard.sampler.prepare_wait().map_err(|e| e.status())?
+        };
+        if let Some(waker) = pending
+            && waker.wait(Duration::from_millis(u64::from(timeout_ms))) == WaitEnd::Closed
+        {
+            return Err(NtStatus::INVALID_HANDLE);
+        }
     }
-    READING.with(|r| r.borrow_mut().push(key));
-    let result = catch_unwind(AssertUnwindSafe(|| f(&mut guard)));
-    READING.with(|r| r.borrow_mut().retain(|&k| k != key));
+    if shared.waker.is_closed() {
+        // Closed while this read waited (or was about to): the handle is gone.
+        return Err(NtStatus::INVALID_HANDLE);
+    }
+    let mut guard = shared.inner.lock().unwrap_or_else(PoisonError::into_inner);
+    let k = key(&shared);
+    READING.with(|r| r.borrow_mut().push(k));
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        let CSampler { sampler, name } = &mut *guard;
+        sampler
+            .read(|record| {
+                if let Some(f) = routine {
+                    let rec = c_record(record, name);
+                    f(&rec, context);
+                }
+            })
+            .map_err(|e| e.status())
+    }));
+    READING.with(|r| r.borrow_mut().retain(|&x| x != k));
     result.unwrap_or(Err(NtStatus::INTERNAL_ERROR))
 }
 
@@ -122,6 +179,7 @@ fn create(handle_out: usize, config: usize) -> Result<(), NtStatus> {
         .inherit(c.flags & SAMPLER_INHERIT != 0)
         .kernel(c.flags & SAMPLER_KERNEL != 0)
         .sideband(c.flags & SAMPLER_SIDEBAND != 0)
+        .context_switches(c.flags & SAMPLER_SWITCH != 0)
         .source(source)
         .callchain(c.max_callchain)
         .user_stack(c.user_stack_size);
@@ -142,10 +200,13 @@ fn create(handle_out: usize, config: usize) -> Result<(), NtStatus> {
     }
     let sampler = b.build().map_err(|e| e.status())?;
     crate::fork::install();
-    let object: Arc<Shared> = Arc::new(Mutex::new(CSampler {
-        sampler,
-        name: Vec::new(),
-    }));
+    let object: Arc<Shared> = Arc::new(Shared {
+        waker: sampler.waker(),
+        inner: Mutex::new(CSampler {
+            sampler,
+            name: Vec::new(),
+        }),
+    });
     let mut table = table();
     let handle = table.insert(Object::Sampler(object))?;
     if let Err(status) = probe::write_bytes(handle_out, &handle.to_ne_bytes()) {
@@ -174,7 +235,7 @@ pub extern "C" fn NtprofileCreateSampler(
 #[unsafe(no_mangle)]
 pub extern "C" fn NtprofileEnableSampler(sampler_handle: Handle, enable: u8) -> i32 {
     boundary(|| {
-        with_sampler(sampler_handle, false, |c| {
+        with_sampler(sampler_handle, |c| {
             if enable != 0 {
                 c.sampler.enable()
             } else {
@@ -189,7 +250,8 @@ pub extern "C" fn NtprofileEnableSampler(sampler_handle: Handle, enable: u8) -> 
 /// once, calling `Routine(record, Context)` for each record on this thread (a NULL `Routine` drains and counts
 /// only); `*RecordCount` (optional) receives the number of records. The pointers of a record live only during
 /// its call. A call on the same sampler from inside its routine (other than `NtClose`) returns
-/// `STATUS_INVALID_PARAMETER`.
+/// `STATUS_INVALID_PARAMETER`. The wait holds no lock (the other calls answer meanwhile); `NtClose` ends it at
+/// once with `STATUS_INVALID_HANDLE`, as does a `fork()` inside the routine in the child.
 #[unsafe(no_mangle)]
 pub extern "C" fn NtprofileReadSampler(
     sampler_handle: Handle,
@@ -202,23 +264,7 @@ pub extern "C" fn NtprofileReadSampler(
         if !record_count.is_null() {
             probe::probe_write(record_count as usize, 4)?;
         }
-        let mut delivered = 0usize;
-        with_sampler(sampler_handle, true, |c| {
-            if timeout_milliseconds != 0 {
-                c.sampler
-                    .wait(Duration::from_millis(u64::from(timeout_milliseconds)))
-                    .map_err(|e| e.status())?;
-            }
-            let CSampler { sampler, name } = c;
-            let result = sampler.read(|record| {
-                if let Some(f) = routine {
-                    let rec = c_record(record, name);
-                    f(&rec, context);
-                }
-            });
-            delivered = result.map_err(|e| e.status())?;
-            Ok(())
-        })?;
+        let delivered = read_sampler(sampler_handle, timeout_milliseconds, routine, context)?;
         if !record_count.is_null() {
             let n = u32::try_from(delivered).unwrap_or(u32::MAX);
             probe::write_bytes(record_count as usize, &n.to_ne_bytes())?;
@@ -243,7 +289,7 @@ pub extern "C" fn NtprofileQuerySamplerStatistics(
             return Err(NtStatus::DATATYPE_MISALIGNMENT);
         }
         let mut out = SamplerStatistics::default();
-        with_sampler(sampler_handle, false, |c| {
+        with_sampler(sampler_handle, |c| {
             let s = c.sampler.stats();
             out = SamplerStatistics {
                 records: s.records,

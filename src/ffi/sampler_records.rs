@@ -18,8 +18,10 @@ pub const SAMPLER_GLOBAL: u32 = 0x2;
 pub const SAMPLER_KERNEL: u32 = 0x4;
 /// `NTPROFILE_SAMPLER_SIDEBAND`: Mmap, Comm, Fork and Exit records.
 pub const SAMPLER_SIDEBAND: u32 = 0x8;
+/// `NTPROFILE_SAMPLER_SWITCH`: Switch records at each context switch of a target thread.
+pub const SAMPLER_SWITCH: u32 = 0x10;
 pub(super) const KNOWN_FLAGS: u32 =
-    SAMPLER_INHERIT | SAMPLER_GLOBAL | SAMPLER_KERNEL | SAMPLER_SIDEBAND;
+    SAMPLER_INHERIT | SAMPLER_GLOBAL | SAMPLER_KERNEL | SAMPLER_SIDEBAND | SAMPLER_SWITCH;
 
 /// `NtprofileRecordSample` .. `NtprofileRecordUnthrottle` (`NTPROFILE_RECORD_TYPE`).
 pub mod record_type {
@@ -39,6 +41,8 @@ pub mod record_type {
     pub const THROTTLE: u32 = 7;
     /// Sampling resumed.
     pub const UNTHROTTLE: u32 = 8;
+    /// A thread switched off or onto a CPU.
+    pub const SWITCH: u32 = 9;
 }
 
 /// `NTPROFILE_RECORD_KERNEL`: a sample's ip is in the kernel.
@@ -47,6 +51,10 @@ pub const RECORD_KERNEL: u32 = 0x1;
 pub const RECORD_EXEC: u32 = 0x2;
 /// `NTPROFILE_RECORD_HAS_REGS`: a sample carries the user registers (`UserIp`, `UserSp`, `UserBp`).
 pub const RECORD_HAS_REGS: u32 = 0x4;
+/// `NTPROFILE_RECORD_SWITCH_OUT`: a Switch record of a thread leaving the CPU (else one arriving).
+pub const RECORD_SWITCH_OUT: u32 = 0x8;
+/// `NTPROFILE_RECORD_PREEMPT`: a switch-out of a thread that was still runnable (preempted).
+pub const RECORD_PREEMPT: u32 = 0x10;
 
 /// `NTPROFILE_SAMPLER_CONFIG` (56 bytes on LP64), as the header declares it.
 #[repr(C)]
@@ -282,6 +290,23 @@ pub(super) fn c_record(record: &SampleRecord<'_>, name: &mut Vec<u8>) -> Ntprofi
         SampleRecord::Lost { lost, time } => {
             r.type_ = record_type::LOST;
             (r.length, r.time) = (*lost, *time);
+        }
+        SampleRecord::Switch {
+            pid,
+            tid,
+            time,
+            cpu,
+            out,
+            preempt,
+        } => {
+            r.type_ = record_type::SWITCH;
+            (r.pid, r.tid, r.time, r.cpu) = (*pid, *tid, *time, *cpu);
+            if *out {
+                r.flags |= RECORD_SWITCH_OUT;
+            }
+            if *preempt {
+                r.flags |= RECORD_PREEMPT;
+            }
         }
         SampleRecord::Throttle { time, throttled } => {
             r.type_ = if *throttled {

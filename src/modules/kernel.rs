@@ -162,6 +162,7 @@ pub fn kernel_symbols() -> Result<Vec<Symbol>, Error> {
             .unwrap_or(limit);
         out.push(Symbol {
             name: s.name.to_string(),
+            demangled: s.name.to_string(),
             address: s.address,
             size: next.min(limit.max(s.address)).saturating_sub(s.address),
             module: s.module.unwrap_or("[kernel]").to_string(),

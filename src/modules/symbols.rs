@@ -187,6 +187,7 @@ pub fn find_function(pid: Option<u32>, module: Option<&str>, name: &str) -> Resu
                     .find(|x| x.path == m.path && x.contains(address))
                     .unwrap_or(m);
                 return Ok(Symbol {
+                    demangled: super::demangle(&raw),
                     name: raw,
                     address,
                     size,

@@ -86,6 +86,24 @@ pub enum SampleRecord<'a> {
         /// Kernel time of the report.
         time: u64,
     },
+    /// A thread was switched off or onto a CPU (`PERF_RECORD_SWITCH`, `PERF_RECORD_SWITCH_CPU_WIDE`), with
+    /// [`SamplerBuilder::context_switches`](crate::SamplerBuilder::context_switches). The times are exact: the
+    /// time between a thread's switch-out and its next switch-in is time it spent off CPU.
+    Switch {
+        /// Process id of the thread switched.
+        pid: u32,
+        /// Thread id of the thread switched.
+        tid: u32,
+        /// Kernel time of the switch.
+        time: u64,
+        /// The CPU.
+        cpu: u32,
+        /// True for a switch-out (the thread leaves the CPU), false for a switch-in.
+        out: bool,
+        /// A switch-out of a thread that was still runnable (`PERF_RECORD_MISC_SWITCH_OUT_PREEMPT`): it was
+        /// preempted, an involuntary switch; false for a thread that blocked or slept (a voluntary one).
+        preempt: bool,
+    },
     /// Sampling was throttled (`throttled: true`) or resumed (`false`) by the kernel's sample-rate limit.
     Throttle {
         /// Kernel time.

@@ -12,6 +12,7 @@
 #![allow(unsafe_code)]
 
 use std::mem::offset_of;
+use std::ops::ControlFlow;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -19,6 +20,7 @@ use nix::errno::Errno;
 use perf_event_open_sys::bindings::perf_event_mmap_page;
 
 use super::decode::{HEADER, SIZE_SHIFT, WORD, decode};
+use super::sys;
 // The records a ring's reader hands out, named where they have always been named.
 pub(crate) use super::decode::decode_slice;
 pub use super::decode::{Record, SampleLayout};
@@ -39,6 +41,9 @@ pub struct Ring {
     data_offset: usize,
     mask: u64,
     layout: SampleLayout,
+    /// The fork generation of the process that mapped the ring ([`sys::fork_generation`]): in a `fork()`ed
+    /// child the mapping does not exist (perf mappings are not copied), and the ring is never touched there.
+    generation: u64,
 }
 
 // SAFETY: the mapping is plain shared memory owned by this value; moving it to another thread (the consumer)
@@ -52,6 +57,7 @@ impl Ring {
     /// The errno of `mmap(2)`: EPERM/ENOMEM when the locked-memory budget is spent.
     pub fn map(fd: BorrowedFd<'_>, data_pages: usize, layout: SampleLayout) -> Result<Ring, Errno> {
         assert!(data_pages.is_power_of_two());
+        sys::watch_forks();
         let page = page_size();
         let map_len = (1 + data_pages) * page;
         // SAFETY: a fresh shared mapping of a perf event descriptor; no existing memory is touched. PROT_WRITE
@@ -88,6 +94,7 @@ impl Ring {
             data_offset: data_offset as usize,
             mask: data_size - 1,
             layout,
+            generation: sys::fork_generation(),
         })
     }
 
@@ -121,6 +128,7 @@ impl Ring {
             data_offset: page,
             mask: (data_pages * page) as u64 - 1,
             layout,
+            generation: sys::fork_generation(),
         })
     }
 
@@ -189,6 +197,12 @@ impl Ring {
         unsafe { std::ptr::read_volatile(at.cast::<u64>()) }
     }
 
+    /// The fork generation of the process that mapped the ring: the ring exists only where
+    /// [`sys::fork_generation`] still returns it.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// True when records are waiting.
     pub fn has_data(&self) -> bool {
         // Acquire pairs with the kernel's release store of `data_head`; Relaxed for `data_tail`, which only this
@@ -235,55 +249,122 @@ impl Ring {
     pub const MAX_RECORD_WORDS: usize = (u16::MAX as usize) / 8;
 
     /// Hand every whole record between `data_tail` and `data_head` to `sink` as its 8-byte words (header
-    /// included), then give the space back. A record that lies in one piece is borrowed from the mapping; one
-    /// that wraps round the ring's end is copied into `scratch` (at least [`Ring::MAX_RECORD_WORDS`] words) and
-    /// borrowed from there: no allocation. Returns the number of records.
+    /// included), giving the space back as it goes. A record that lies in one piece is borrowed from the mapping;
+    /// one that wraps round the ring's end is copied into `scratch` (at least [`Ring::MAX_RECORD_WORDS`] words)
+    /// and borrowed from there: no allocation.
+    ///
+    /// A record handed to `sink` is consumed, whatever `sink` does: when it returns `Break`, and when it panics,
+    /// `data_tail` is stored past it (and past every record before it) on the way out, so that the next pass
+    /// does not deliver them again. When the process has `fork()`ed meanwhile (`sink` forked, and this is the
+    /// child) the pass ends at once without touching the ring again: the child does not have the mapping.
     ///
     /// A header that is torn or corrupt (size below 8, not a multiple of 8, past `head`) ends the pass at `head`,
     /// as [`decode`] does; so does a `head` more than a ring's length ahead of `tail`.
-    pub fn drain_words(&mut self, scratch: &mut [u64], mut sink: impl FnMut(&[u64])) -> u64 {
+    pub fn drain_words(
+        &mut self,
+        scratch: &mut [u64],
+        mut sink: impl FnMut(&[u64]) -> ControlFlow<()>,
+    ) -> Drained {
         assert!(scratch.len() >= Ring::MAX_RECORD_WORDS);
+        let mut out = Drained {
+            records: 0,
+            used: 0,
+            size: self.mask + 1,
+            forked: false,
+        };
+        if self.generation != sys::fork_generation() {
+            out.forked = true;
+            return out;
+        }
         // Acquire: pairs with the kernel's release store of `data_head`; every record before it is visible.
         let head = self.head().load(Ordering::Acquire);
         // Relaxed: only this thread writes `data_tail`.
         let tail = self.tail().load(Ordering::Relaxed);
         let ring_len = self.mask + 1;
-        let mut pos = tail;
-        let mut n = 0;
-        if pos % WORD != 0 || head.wrapping_sub(tail) > ring_len {
-            pos = head.max(tail);
+        let mut guard = TailGuard {
+            tail: self.tail(),
+            pos: tail,
+            generation: self.generation,
+        };
+        if tail % WORD != 0 || head.wrapping_sub(tail) > ring_len {
+            guard.pos = head.max(tail);
         }
-        while pos < head {
+        while guard.pos < head {
+            let pos = guard.pos;
             let header = self.word(pos);
             let size = header >> SIZE_SHIFT;
             if size < HEADER || size % WORD != 0 || size > head - pos {
-                pos = head;
+                guard.pos = head;
                 break;
             }
             let start = pos & self.mask;
             let words = (size / WORD) as usize;
-            if start + size <= ring_len {
+            // Consumed from here on, even if `sink` panics: the guard stores the tail past it.
+            guard.pos = pos + size;
+            out.records += 1;
+            let flow = if start + size <= ring_len {
                 // SAFETY: `data_offset + start` is inside the data area of the mapping (masked by its size).
                 let at = unsafe { self.base.add(self.data_offset + start as usize) };
                 // SAFETY: `words` 8-aligned u64s from `at` lie inside the data area (start + size <= its length),
                 // in [tail, head): the kernel finished writing them before its store of `data_head` (our Acquire
-                // load above) and writes there again only after we store a `data_tail` past them, below; the
-                // borrow ends with `sink`'s call.
+                // load above) and writes there again only after we store a `data_tail` past them, which the
+                // guard does once `sink` has returned (or unwound); the borrow ends with `sink`'s call.
                 let record = unsafe { std::slice::from_raw_parts(at.cast::<u64>(), words) };
-                sink(record);
+                sink(record)
             } else {
                 for (i, w) in scratch[..words].iter_mut().enumerate() {
                     *w = self.word(pos + i as u64 * WORD);
                 }
-                sink(&scratch[..words]);
+                sink(&scratch[..words])
+            };
+            if self.generation != sys::fork_generation() {
+                // `sink` forked and this is the child: the mapping is not here.
+                std::mem::forget(guard);
+                out.forked = true;
+                return out;
             }
-            n += 1;
-            pos += size;
+            if flow.is_break() {
+                break;
+            }
         }
-        // Release: our reads of the records happen-before the kernel reuses the space (it reads `data_tail`
-        // with a full barrier before writing over it).
-        self.tail().store(pos, Ordering::Release);
-        n
+        // Acquire as above: how full the ring is just before the space is given back. Every record the kernel
+        // could not write since the last pass found less free space than this moment leaves (nothing was given
+        // back meanwhile), which is how the caller knows whether the kernel may have dropped any.
+        out.used = self.head().load(Ordering::Acquire).wrapping_sub(tail);
+        drop(guard);
+        out
+    }
+}
+
+/// What a pass of [`Ring::drain_words`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Drained {
+    /// Records handed to the sink.
+    pub records: u64,
+    /// Bytes the ring held (read or not) just before the pass gave its space back: the lowest free space since
+    /// the previous pass is `size - used`.
+    pub used: u64,
+    /// The size of the data area in bytes.
+    pub size: u64,
+    /// The process forked during the pass and this is the child: the ring was left alone.
+    pub forked: bool,
+}
+
+/// Stores `data_tail` at `pos` when dropped (at the end of a pass, or while a panic of the sink unwinds), unless
+/// the process is a `fork()`ed child of the one that mapped the ring.
+struct TailGuard<'a> {
+    tail: &'a AtomicU64,
+    pos: u64,
+    generation: u64,
+}
+
+impl Drop for TailGuard<'_> {
+    fn drop(&mut self) {
+        if self.generation == sys::fork_generation() {
+            // Release: our reads of the records happen-before the kernel reuses the space (it reads `data_tail`
+            // with a full barrier before writing over it).
+            self.tail.store(self.pos, Ordering::Release);
+        }
     }
 }
 
@@ -348,16 +429,55 @@ mod tests {
         ring.head().store(pos, Ordering::Release);
         let mut scratch = vec![0u64; Ring::MAX_RECORD_WORDS];
         let mut got: Vec<Vec<u64>> = Vec::new();
-        assert_eq!(ring.drain_words(&mut scratch, |w| got.push(w.to_vec())), 2);
+        let drained = ring.drain_words(&mut scratch, |w| {
+            got.push(w.to_vec());
+            ControlFlow::Continue(())
+        });
+        assert_eq!(drained.records, 2);
+        assert!(!drained.forked);
         assert_eq!(got, [recs[0].to_vec(), recs[1].to_vec()]);
         assert_eq!(ring.tail().load(Ordering::Relaxed), pos);
         // A torn header ends the pass at head.
         put(&ring, pos, header(RECORD_SAMPLE, 4));
         ring.head().store(pos + 16, Ordering::Release);
         assert_eq!(
-            ring.drain_words(&mut scratch, |_| panic!("a torn record")),
+            ring.drain_words(&mut scratch, |_| panic!("a torn record"))
+                .records,
             0
         );
         assert_eq!(ring.tail().load(Ordering::Relaxed), pos + 16);
+    }
+
+    /// A sink that panics leaves the record it was given, and every one before it, consumed: the tail moves past
+    /// them while the panic unwinds, and the next pass starts at the record after.
+    #[test]
+    fn a_panicking_sink_consumes_what_it_was_given() {
+        let mut ring = Ring::anonymous(1, SampleLayout { tid: true }).expect("anonymous ring");
+        let mut bytes = Vec::new();
+        for i in 0..3u64 {
+            for w in [header(RECORD_THROTTLE, 16), i] {
+                bytes.extend_from_slice(&w.to_ne_bytes());
+            }
+        }
+        ring.load(&bytes);
+        let mut scratch = vec![0u64; Ring::MAX_RECORD_WORDS];
+        let mut seen = Vec::new();
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ring.drain_words(&mut scratch, |w| {
+                seen.push(w[1]);
+                if w[1] == 1 {
+                    panic!("the sink fails on the second record");
+                }
+                ControlFlow::Continue(())
+            })
+        }));
+        assert!(result.is_err());
+        assert_eq!(ring.tail().load(Ordering::Relaxed), 32);
+        let mut rest = Vec::new();
+        ring.drain_words(&mut scratch, |w| {
+            rest.push(w[1]);
+            ControlFlow::Continue(())
+        });
+        assert_eq!((seen, rest), (vec![0, 1], vec![2]));
     }
 }

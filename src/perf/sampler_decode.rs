@@ -85,6 +85,24 @@ pub fn decode_record(words: &[u64], format: SampleFormat) -> Option<SampleRecord
                 time,
             })
         }
+        b::PERF_RECORD_SWITCH | b::PERF_RECORD_SWITCH_CPU_WIDE => {
+            // (next_prev_pid/tid for the CPU-wide kind), trailer: the pid/tid of the trailer is the thread
+            // switched (the one leaving at a switch-out, the one arriving at a switch-in).
+            let fixed = usize::from(kind == b::PERF_RECORD_SWITCH_CPU_WIDE);
+            if body.len() < fixed + TRAILER_WORDS {
+                return None;
+            }
+            let (pid, tid, time, cpu) = trailer(body)?;
+            let misc = u32::from(misc);
+            Some(SampleRecord::Switch {
+                pid,
+                tid,
+                time,
+                cpu,
+                out: misc & b::PERF_RECORD_MISC_SWITCH_OUT != 0,
+                preempt: misc & b::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT != 0,
+            })
+        }
         b::PERF_RECORD_THROTTLE | b::PERF_RECORD_UNTHROTTLE => {
             // time, id, stream_id, trailer.
             if body.len() < 3 + TRAILER_WORDS {
@@ -391,5 +409,41 @@ mod tests {
         ));
         words[0] = header(1000, 0, 6);
         assert!(decode_record(&words, format).is_none());
+    }
+
+    /// Switch records: out (voluntary and preempted) and in, per task and CPU-wide, and a truncated one.
+    #[test]
+    fn switch_records_decode_direction_preemption_and_trailer() {
+        let format = SampleFormat::default();
+        let trailer = [pair(7, 8), 999, pair(1, 0)];
+        let out_preempt =
+            (b::PERF_RECORD_MISC_SWITCH_OUT | b::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT) as u16;
+        for (misc, out, preempt) in [
+            (b::PERF_RECORD_MISC_SWITCH_OUT as u16, true, false),
+            (out_preempt, true, true),
+            (0, false, false),
+        ] {
+            let mut words = vec![header(b::PERF_RECORD_SWITCH, misc, 4)];
+            words.extend(trailer);
+            match decode_record(&words, format) {
+                Some(SampleRecord::Switch {
+                    pid: 7,
+                    tid: 8,
+                    time: 999,
+                    cpu: 1,
+                    out: o,
+                    preempt: p,
+                }) => assert_eq!((o, p), (out, preempt)),
+                other => panic!("{other:?}"),
+            }
+            let mut wide = vec![header(b::PERF_RECORD_SWITCH_CPU_WIDE, misc, 5), pair(3, 4)];
+            wide.extend(trailer);
+            assert!(matches!(
+                decode_record(&wide, format),
+                Some(SampleRecord::Switch { pid: 7, tid: 8, .. })
+            ));
+            assert!(decode_record(&wide[..4], format).is_none());
+            assert!(decode_record(&words[..3], format).is_none());
+        }
     }
 }

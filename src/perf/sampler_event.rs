@@ -45,6 +45,11 @@ pub struct SamplerEventParams {
     pub user_entry: bool,
     /// Wake-up watermark in bytes.
     pub wakeup_watermark: usize,
+    /// `context_switch`: `PERF_RECORD_SWITCH` records at each switch of an observed task.
+    pub context_switch: bool,
+    /// `read_format = PERF_FORMAT_LOST` (Linux 6.0 and later): a `read` of the event tells how many records the
+    /// kernel could not write into its ring ([`sys::read_count_and_lost`](super::sys::read_count_and_lost)).
+    pub read_lost: bool,
 }
 
 /// The user registers a sample carries (defined with the other events' attributes, in `event`).
@@ -52,6 +57,38 @@ pub use super::event::USER_REGS_MASK;
 
 /// The largest user-stack copy the kernel accepts: below `u16::MAX` and a multiple of 8.
 pub const MAX_STACK_USER: u32 = 65_528;
+
+/// The largest record the kernel writes: a header's size is a `u16`, records are 8-byte aligned (the kernel
+/// shortens a user-stack copy so that its sample fits).
+pub const MAX_RECORD_BYTES: usize = 65_528;
+
+/// A `PERF_RECORD_LOST` with its `sample_id_all` trailer: header, id, lost, pid/tid, time, cpu.
+pub const LOST_RECORD_BYTES: usize = 48;
+
+/// The call-chain context markers the kernel may add to `sample_max_stack` entries
+/// (`kernel.perf_event_max_contexts_per_stack`'s default).
+const MAX_CONTEXTS: usize = 8;
+
+/// The largest sample events opened with `params` can write, in bytes: header, ip, pid/tid, time, cpu, then
+/// the call chain (its length and entries with their context markers) and the user registers and stack copy
+/// (abi, three registers, size, the copy, dyn_size), at most [`MAX_RECORD_BYTES`].
+pub fn max_sample_bytes(params: &SamplerEventParams) -> usize {
+    let mut bytes = 5 * 8;
+    if params.max_stack > 0 {
+        bytes += 8 + 8 * (usize::from(params.max_stack) + MAX_CONTEXTS);
+    }
+    if params.stack_user > 0 {
+        bytes += 4 * 8 + 8 + params.stack_user as usize + 8;
+    }
+    bytes.min(MAX_RECORD_BYTES)
+}
+
+/// The fewest bytes a ring of events opened with `params` must hold: two of the largest samples (one being
+/// read while the next is written) and the kernel's Lost record, so that a drop is always followed by a record
+/// that says so.
+pub fn min_ring_bytes(params: &SamplerEventParams) -> usize {
+    2 * max_sample_bytes(params) + LOST_RECORD_BYTES
+}
 
 /// The sample layout of events opened with `params`: what follows the fixed fields of a sample.
 pub fn format_of(params: &SamplerEventParams) -> SampleFormat {
@@ -108,6 +145,11 @@ pub fn open_sampler_event(
         attr.sample_stack_user = params.stack_user;
     }
     attr.sample_type = sample_type;
+    attr.read_format = if params.read_lost {
+        u64::from(b::PERF_FORMAT_LOST)
+    } else {
+        0
+    };
     attr.set_sample_id_all(1);
     attr.set_use_clockid(1);
     attr.clockid = libc::CLOCK_MONOTONIC;
@@ -117,6 +159,7 @@ pub fn open_sampler_event(
     attr.set_comm(sideband);
     attr.set_comm_exec(sideband);
     attr.set_task(sideband);
+    attr.set_context_switch(u64::from(params.context_switch));
     let counter = builder.build().map_err(|e| errno_of(&e))?;
     let raw = counter.into_raw_fd();
     // SAFETY: `into_raw_fd` hands us sole ownership of a valid, open descriptor.

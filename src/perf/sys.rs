@@ -147,6 +147,53 @@ pub fn register_atfork(
     }
 }
 
+/// How many times this process's ancestry forked since the library started watching (`watch_forks`): a child
+/// made by `fork()` sees a larger value than its parent saw. Rings compare it with the value of the process
+/// that mapped them, so that a `fork()`ed child never touches a mapping it does not have.
+static FORK_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+extern "C" fn bump_fork_generation() {
+    // Relaxed: the child runs only the forking thread, which reads the value after this handler returned.
+    FORK_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Start counting forks (once per process; every later `fork()` through libc bumps [`fork_generation`]).
+pub fn watch_forks() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: a plain `extern "C" fn()` item that lives for the whole program; no prepare/parent handler.
+        unsafe { libc::pthread_atfork(None, None, Some(bump_fork_generation)) };
+    });
+}
+
+/// The fork generation of the calling process (see [`watch_forks`]).
+pub fn fork_generation() -> u64 {
+    // Relaxed: a value of this process, written only in a fork's child handler before any other code runs.
+    FORK_GENERATION.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Read a perf event opened with `read_format = PERF_FORMAT_LOST` (and no other read_format bit): the event's
+/// count and the records the kernel could not write into its ring (`lost_samples`).
+///
+/// # Errors
+/// The errno of `read(2)`, or EIO for a short read.
+pub fn read_count_and_lost(fd: RawFd) -> Result<(u64, u64), Errno> {
+    let mut values = [0u64; 2];
+    // SAFETY: reads at most 16 bytes into a live, writable array of two u64; `fd` is open (the caller owns it).
+    let n = unsafe {
+        libc::read(
+            fd,
+            values.as_mut_ptr().cast(),
+            std::mem::size_of_val(&values),
+        )
+    };
+    match n {
+        16 => Ok((values[0], values[1])),
+        n if n < 0 => Err(Errno::last()),
+        _ => Err(Errno::EIO),
+    }
+}
+
 /// Block every signal in the calling thread (a thread of the library: process-directed signals are for the
 /// program's threads).
 pub fn block_all_signals() {

@@ -2,20 +2,22 @@
 //! privileges, targets), the parameters of its events, then the events themselves (opened by `open`), the
 //! epoll set over them and the sampler.
 
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 
+use super::lost::RingLost;
 use super::open::{Opener, Target, shortage, watermark_for};
-use super::{Sampler, SamplerBuilder, TargetSpec};
+use super::wait::WaitSet;
+use super::{CpuRing, Sampler, SamplerBuilder, SamplerWaker, TargetSpec};
 use crate::affinity::{CpuSet, online_cpus};
 use crate::api::Process;
 use crate::engine::ThreadsPin;
 use crate::error::Error;
 use crate::perf::PerfEventSpec;
 use crate::perf::proc;
-use crate::perf::ring::Ring;
+use crate::perf::ring::{Ring, page_size};
 use crate::perf::sampler_event::{self, MAX_STACK_USER, SamplerEventParams, USER_REGS_MASK};
-use crate::perf::sys::{Epoll, Tid};
+use crate::perf::sys::Tid;
 use crate::source::{self, ProfileSource, Support};
 use crate::status::NtStatus;
 use crate::target::{has_system_profile_privilege, may_sample_kernel, perf_event_paranoid};
@@ -39,26 +41,35 @@ pub(super) fn build(b: SamplerBuilder) -> Result<Sampler, Error> {
     let targets = targets_of(&b, me)?;
     let (pin, own) = pin_library_threads(&targets)?;
     let (interval, params, pages) = event_params(&b, spec, stack_user);
-    let mut opener = Opener::new(params, &cpus, pages);
+    let mut opener = Opener::new(params, &cpus, pages, min_pages(&params));
     let processes = opener.open_all(b.global, targets, &own)?;
-    let epoll = Epoll::new().map_err(|e| shortage(e, "an epoll descriptor"))?;
-    for (i, fd) in opener.fds.iter().enumerate() {
-        epoll
-            .add(fd.as_raw_fd(), i as u64)
-            .map_err(|e| shortage(e, "the epoll set of the sampler's events"))?;
-    }
-    let hup = (0..opener.fds.len())
-        .map(|_| AtomicBool::new(false))
-        .collect();
+    let raw: Vec<RawFd> = opener.fds.iter().map(AsRawFd::as_raw_fd).collect();
+    let waits = WaitSet::new(raw.clone(), !b.global)
+        .map_err(|e| shortage(e, "the epoll set of the sampler's events"))?;
     let format = sampler_event::format_of(&opener.params);
     let watermark = opener.params.wakeup_watermark as u64;
+    let rings = std::mem::take(&mut opener.rings)
+        .into_iter()
+        .zip(&opener.ring_cpus)
+        .enumerate()
+        .map(|(i, (ring, &cpu))| CpuRing {
+            cpu,
+            ring,
+            lost: RingLost::new(
+                raw.iter()
+                    .zip(&opener.ring_of)
+                    .filter(|&(_, &r)| r == i)
+                    .map(|(&fd, _)| fd)
+                    .collect(),
+            ),
+        })
+        .collect();
     Ok(Sampler {
         fds: opener.fds,
-        rings: opener.rings,
-        epoll,
-        hup,
-        hung_up: AtomicUsize::new(0),
-        per_task: !b.global,
+        rings,
+        waits: SamplerWaker(Arc::new(waits)),
+        pages: opener.pages,
+        events_count_lost: opener.params.read_lost,
         scratch: vec![0u64; Ring::MAX_RECORD_WORDS].into_boxed_slice(),
         format,
         watermark,
@@ -86,6 +97,23 @@ fn pin_library_threads(targets: &[Target]) -> Result<(Option<ThreadsPin>, Vec<Ti
         )
     })?;
     Ok((Some(pin), own))
+}
+
+/// The fewest data pages (a power of two) of a ring that holds two of the largest samples of `params` and a
+/// Lost record.
+fn min_pages(params: &SamplerEventParams) -> usize {
+    sampler_event::min_ring_bytes(params)
+        .div_ceil(page_size())
+        .next_power_of_two()
+}
+
+/// The `callchain` frames the events record: the builder's, capped by `kernel.perf_event_max_stack`.
+fn max_stack_of(b: &SamplerBuilder) -> u16 {
+    if b.callchain == 0 {
+        return 0;
+    }
+    let kernel_max = proc::perf_event_max_stack().unwrap_or(DEFAULT_MAX_STACK);
+    u16::try_from(u32::from(b.callchain).min(kernel_max.max(1))).unwrap_or(u16::MAX)
 }
 
 /// Check 1, the arguments: the CPUs to sample (all online ones by default) and the user-stack copy's size
@@ -134,7 +162,65 @@ fn check_arguments(b: &SamplerBuilder) -> Result<(CpuSet, u32), Error> {
         ));
     }
     let stack_user = b.user_stack.next_multiple_of(8);
+    if let Some(pages) = b.ring_pages {
+        let need = sampler_event::min_ring_bytes(&SamplerEventParams {
+            max_stack: max_stack_of(b),
+            stack_user,
+            ..placeholder_params()
+        });
+        let min = need.div_ceil(page_size()).next_power_of_two();
+        if pages < min {
+            return Err(Error::new(
+                NtStatus::INVALID_PARAMETER,
+                format!(
+                    "ring_pages {pages} ({} bytes) cannot hold two of the largest samples this sampler writes \
+                     and the kernel's Lost record ({need} bytes): a sample that does not fit would be dropped \
+                     without a trace; use ring_pages({min}) or more, a smaller user_stack or callchain, or the \
+                     default size",
+                    pages * page_size()
+                ),
+            ));
+        }
+    }
+    let pages = ring_pages(b, stack_user);
+    if let Some(bytes) = b.wakeup_bytes
+        && (bytes == 0 || bytes > pages.saturating_mul(crate::perf::ring::page_size()))
+    {
+        return Err(Error::new(
+            NtStatus::INVALID_PARAMETER,
+            format!(
+                "wakeup_bytes {bytes} is not between 1 and the ring's size ({pages} pages): give a size the \
+                 ring holds"
+            ),
+        ));
+    }
     Ok((cpus, stack_user))
+}
+
+/// Event parameters whose fields other than the sample's layout do not matter (sizing a ring).
+fn placeholder_params() -> SamplerEventParams {
+    SamplerEventParams {
+        spec: PerfEventSpec {
+            type_: 0,
+            config: 0,
+            config1: 0,
+            config2: 0,
+            name: "",
+        },
+        period: 1,
+        exclude_kernel: true,
+        exclude_callchain_kernel: true,
+        regs: false,
+        user_entry: false,
+        inherit: false,
+        inherit_thread: false,
+        sideband: false,
+        max_stack: 0,
+        stack_user: 0,
+        wakeup_watermark: 0,
+        context_switch: false,
+        read_lost: false,
+    }
 }
 
 /// Check 2, the source: its perf event, when it has one and it can be sampled here.
@@ -249,14 +335,7 @@ fn event_params(
         Some(i) => src.clamp_interval(i),
         None => source::effective_interval(src),
     };
-    let kernel_max = proc::perf_event_max_stack().unwrap_or(DEFAULT_MAX_STACK);
-    let max_stack =
-        u16::try_from(u32::from(b.callchain).min(kernel_max.max(1))).unwrap_or(u16::MAX);
-    let pages = b.ring_pages.unwrap_or(if stack_user > 0 {
-        DEFAULT_STACK_RING_PAGES
-    } else {
-        DEFAULT_RING_PAGES
-    });
+    let pages = ring_pages(b, stack_user);
     // An event sampled in the kernel (context switches, migrations, tracepoints) gives no sample at all with
     // `exclude_kernel`: it takes kernel samples (`check_source` refused it to a caller who may not) with the
     // user registers, and a user-space sampler reports each at the user ip, where the thread entered the
@@ -272,9 +351,20 @@ fn event_params(
         inherit: !b.global,
         inherit_thread: !b.inherit,
         sideband: b.sideband,
-        max_stack: if b.callchain == 0 { 0 } else { max_stack },
+        max_stack: max_stack_of(b),
         stack_user,
-        wakeup_watermark: watermark_for(pages),
+        wakeup_watermark: b.wakeup_bytes.unwrap_or_else(|| watermark_for(pages)),
+        context_switch: b.context_switches,
+        read_lost: true,
     };
     (interval, params, pages)
+}
+
+/// The data pages of each ring: the builder's, else the default for the sample's size.
+fn ring_pages(b: &SamplerBuilder, stack_user: u32) -> usize {
+    b.ring_pages.unwrap_or(if stack_user > 0 {
+        DEFAULT_STACK_RING_PAGES
+    } else {
+        DEFAULT_RING_PAGES
+    })
 }

@@ -34,6 +34,8 @@ pub struct SamplerBuilder {
     pub(super) user_stack: u32,
     pub(super) sideband: bool,
     pub(super) ring_pages: Option<usize>,
+    pub(super) context_switches: bool,
+    pub(super) wakeup_bytes: Option<usize>,
 }
 
 impl Default for SamplerBuilder {
@@ -50,6 +52,8 @@ impl Default for SamplerBuilder {
             user_stack: 0,
             sideband: true,
             ring_pages: None,
+            context_switches: false,
+            wakeup_bytes: None,
         }
     }
 }
@@ -146,10 +150,32 @@ impl SamplerBuilder {
         self
     }
 
-    /// Data pages per CPU ring (a power of two, else `STATUS_INVALID_PARAMETER`). Default 128 (512 with
-    /// [`user_stack`](Self::user_stack)); halved while the locked-memory budget refuses the mapping.
+    /// Data pages per CPU ring: a power of two that holds two of the largest samples this sampler writes and
+    /// the kernel's Lost record (1 page without a stack copy, 64 with a 65528-byte one), else
+    /// `STATUS_INVALID_PARAMETER` naming the size that works. Default 128 (512 with
+    /// [`user_stack`](Self::user_stack)); every CPU's ring the same size, all halved together while the
+    /// locked-memory budget refuses a mapping, never below that least size.
     pub fn ring_pages(mut self, pages: usize) -> Self {
         self.ring_pages = Some(pages);
+        self
+    }
+
+    /// Deliver a [`Switch`](crate::SampleRecord::Switch) record each time a target thread is switched off or
+    /// onto a CPU (`perf_event_attr.context_switch`; default `false`): its exact off-CPU intervals, each
+    /// switch-out marked voluntary (it blocked or slept) or preempted. Needs no privilege beyond the right to
+    /// profile the targets (allowed at `kernel.perf_event_paranoid` 2 on one's own processes). A thread's
+    /// blocking point is read with [`read_blocked_thread`](crate::read_blocked_thread).
+    pub fn context_switches(mut self, on: bool) -> Self {
+        self.context_switches = on;
+        self
+    }
+
+    /// Let [`Sampler::wait`] return once a ring holds `bytes` (default: a quarter of the ring). A small value
+    /// (1: at every record) lets the caller react to a record while its cause still holds (read a blocked
+    /// thread at its switch-out), at the cost of one wake-up per record. 0, or more than the ring holds, gives
+    /// `STATUS_INVALID_PARAMETER`.
+    pub fn wakeup_bytes(mut self, bytes: usize) -> Self {
+        self.wakeup_bytes = Some(bytes);
         self
     }
 
@@ -157,13 +183,15 @@ impl SamplerBuilder {
     ///
     /// # Errors
     /// In this order: `STATUS_INVALID_PARAMETER` (a global sampler naming processes, a CPU not online, a ring
-    /// size that is not a power of two, a user-stack size above 65528), `STATUS_NOT_SUPPORTED` (the source has
+    /// size that is not a power of two or too small for two of the largest samples, a user-stack size above
+    /// 65528, a wake-up size of 0 or above the ring), `STATUS_NOT_SUPPORTED` (the source has
     /// no perf event here, or a user-stack copy on an architecture without a register map) or
     /// `STATUS_PRIVILEGE_NOT_HELD` (a source the kernel samples in its own code, as context switches, without the
     /// privilege to sample the kernel: [`Support::NeedsKernelPrivilege`](crate::Support::NeedsKernelPrivilege)),
     /// `STATUS_PRIVILEGE_NOT_HELD` (global or kernel sampling without the privilege), `STATUS_INVALID_CID` (no
     /// such pid), `STATUS_ACCESS_DENIED` (the caller may not profile a target), `STATUS_INSUFFICIENT_RESOURCES`
-    /// (descriptors, memory or ring memory ran out: a passing shortage, never the arguments' fault).
+    /// (descriptors, memory or ring memory ran out, for rings of the least size too: a passing shortage, never
+    /// the arguments' fault).
     ///
     /// A target that exits before or while the events open is not an error: the sampler is built, and
     /// [`Sampler::targets_exited`] is true once every target is gone.

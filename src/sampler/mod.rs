@@ -51,21 +51,31 @@
 //! process starts the library's threads before its events open and keeps them while it lives, so that they
 //! never inherit its events.
 //!
-//! Rings: `ring_pages` data pages per CPU (default 128, 512 with a user-stack copy), halved while the
-//! locked-memory budget (`kernel.perf_event_mlock_kb` and `RLIMIT_MEMLOCK`) refuses the mapping; the wake-up
-//! watermark is a quarter of a ring, so a target that sleeps costs no wake-up at all.
+//! Rings: `ring_pages` data pages per CPU (default 128, 512 with a user-stack copy), at least what two of the
+//! largest samples and a Lost record need; every CPU's ring the same size, all halved together while the
+//! locked-memory budget (`kernel.perf_event_mlock_kb` per CPU for the user, then `RLIMIT_MEMLOCK`) refuses a
+//! mapping; the wake-up watermark is a quarter of a ring, so a target that sleeps costs no wake-up at all. The
+//! events count the records they could not write (`PERF_FORMAT_LOST`), so that lost counts stay exact when a
+//! ring is too full for the kernel to write its own Lost record.
+//!
+//! Waiting holds nothing the reading needs: [`Sampler::wait`] waits on the events' epoll set and an eventfd that
+//! a [`SamplerWaker`] (or the C API's `NtClose`) signals.
 //!
 //! # Lifetime
 //! Dropping a sampler closes every event and unmaps every ring. A sampler is dead in a `fork()`ed child (its
 //! rings are not mapped there): every call returns `STATUS_INVALID_HANDLE`, and dropping it only closes the
-//! child's copies of the descriptors.
+//! child's copies of the descriptors. A `fork()` inside the read function leaves the child's `read` at once with
+//! that status; the record's borrowed parts point into the parent's rings and must not be read in the child.
 
+mod blocked;
 mod build;
 mod builder;
+mod lost;
 mod open;
+mod wait;
 
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::ops::ControlFlow;
+use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 pub use crate::perf::records::{
@@ -77,11 +87,15 @@ use crate::error::Error;
 use crate::perf::ring::Ring;
 use crate::perf::sampler_decode::decode_record;
 use crate::perf::sampler_event::SampleFormat;
-use crate::perf::sys::{self, Epoll};
+use crate::perf::sys;
 use crate::source::ProfileSource;
 use crate::status::NtStatus;
+pub use blocked::{BlockedThread, BlockedThreadReader, read_blocked_thread};
 pub use builder::SamplerBuilder;
 use builder::TargetSpec;
+use lost::{NO_LOSS_FREE_BYTES, RingLost};
+pub use wait::SamplerWaker;
+pub(crate) use wait::WaitEnd;
 
 /// The clock of every record's `time`: `CLOCK_MONOTONIC` in nanoseconds (the events are opened with
 /// `use_clockid`), so that a caller can compare record times with its own `clock_gettime(CLOCK_MONOTONIC)`.
@@ -99,25 +113,24 @@ pub fn sampler_clock_ns() -> u64 {
 struct CpuRing {
     cpu: usize,
     ring: Ring,
+    /// Its lost-record accounting (and the events that write into it).
+    lost: RingLost,
 }
 
 /// A sampler: perf events on one or more processes (and, by default, every process they create), or on every
 /// process, whose records the caller reads with [`Sampler::read`]. Built with [`Sampler::builder`]; created
 /// disabled.
 pub struct Sampler {
-    /// Every event descriptor (ring owners and redirected ones), in the order of `hup`.
+    /// Every event descriptor (ring owners and redirected ones), in the order of the wait set's tokens.
     fds: Vec<OwnedFd>,
     /// One ring per CPU that has events.
     rings: Vec<CpuRing>,
-    /// Watches every descriptor: readable (a ring reached its watermark) or hung up (its task and every task
-    /// that inherited from it exited).
-    epoll: Epoll,
-    /// Per descriptor: it reported `EPOLLHUP` (and left the epoll set).
-    hup: Vec<AtomicBool>,
-    /// How many descriptors hung up.
-    hung_up: AtomicUsize,
-    /// The events follow tasks (a global sampler's per-CPU events never hang up).
-    per_task: bool,
+    /// The epoll set over the events, shared with the sampler's wakers.
+    waits: SamplerWaker,
+    /// Data pages of each ring.
+    pages: usize,
+    /// The events count the records they could not write (`PERF_FORMAT_LOST`): lost counts are exact.
+    events_count_lost: bool,
     /// Where a record that wraps round a ring's end is copied.
     scratch: Box<[u64]>,
     format: SampleFormat,
@@ -144,6 +157,7 @@ impl std::fmt::Debug for Sampler {
                 "cpus",
                 &self.rings.iter().map(|r| r.cpu).collect::<Vec<_>>(),
             )
+            .field("ring_pages", &self.pages)
             .field("stats", &self.stats)
             .finish()
     }
@@ -162,11 +176,7 @@ impl Sampler {
         if self.owner == std::process::id() {
             Ok(())
         } else {
-            Err(Error::new(
-                NtStatus::INVALID_HANDLE,
-                "this sampler was built by the parent of this fork()ed process: its rings do not exist here \
-                 (build a new sampler in the child)",
-            ))
+            Err(forked())
         }
     }
 
@@ -196,54 +206,37 @@ impl Sampler {
     }
 
     /// Waits until some ring holds at least its wake-up watermark (a quarter of the ring), every target has
-    /// exited, or the timeout. `Ok(true)` when there is something to read (or targets ended), `Ok(false)` on
-    /// timeout.
+    /// exited, a [`SamplerWaker`] wakes it, or the timeout. `Ok(true)` when there is something to read (or
+    /// targets ended), `Ok(false)` on timeout or wake-up.
     ///
     /// # Errors
     /// `STATUS_INVALID_HANDLE` in a `fork()`ed child.
     pub fn wait(&self, timeout: Duration) -> Result<bool, Error> {
-        self.check_owner()?;
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            if self.all_hung_up() || self.ring_ready() {
-                return Ok(true);
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            // Round up to a whole millisecond so that a short timeout still waits.
-            let ms = i32::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX);
-            let (ready, hung) = self.poll(ms);
-            if ready || hung {
-                return Ok(true);
-            }
-            if left.is_zero() || std::time::Instant::now() >= deadline {
-                return Ok(false);
-            }
-        }
+        let Some(waker) = self.prepare_wait()? else {
+            return Ok(true);
+        };
+        Ok(match waker.wait(timeout) {
+            WaitEnd::Ready => true,
+            WaitEnd::Timeout | WaitEnd::Woken | WaitEnd::Closed => false,
+        })
     }
 
-    /// One epoll wait of up to `timeout_ms`: takes hung-up descriptors out of the set. Returns (a ring became
-    /// readable, a descriptor hung up).
-    fn poll(&self, timeout_ms: i32) -> (bool, bool) {
-        let mut events = [sys::EMPTY_EVENT; 32];
-        let n = self.epoll.wait(&mut events, timeout_ms);
-        let (mut ready, mut hung) = (false, false);
-        for ev in &events[..n] {
-            let index = ev.u64 as usize;
-            if ev.events & sys::EPOLLHUP != 0 {
-                if let (Some(flag), Some(fd)) = (self.hup.get(index), self.fds.get(index))
-                    && !flag.swap(true, Ordering::Relaxed)
-                {
-                    self.epoll.remove(fd.as_raw_fd());
-                    // Relaxed: a count read by this object's own calls; the flag swap above makes each
-                    // descriptor count once.
-                    self.hung_up.fetch_add(1, Ordering::Relaxed);
-                    hung = true;
-                }
-            } else {
-                ready = true;
-            }
+    /// The first half of [`wait`](Self::wait), which needs the sampler: `None` when there is something to read
+    /// already (a ring at its watermark, or every target gone), else the waker to wait on without the sampler.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_HANDLE` in a `fork()`ed child.
+    pub(crate) fn prepare_wait(&self) -> Result<Option<SamplerWaker>, Error> {
+        self.check_owner()?;
+        if self.waits.0.all_hung_up() || self.ring_ready() {
+            return Ok(None);
         }
-        (ready, hung)
+        Ok(Some(self.waits.clone()))
+    }
+
+    /// A handle that cuts short a [`wait`](Self::wait) from another thread.
+    pub fn waker(&self) -> SamplerWaker {
+        self.waits.clone()
     }
 
     /// True when some ring holds at least the watermark.
@@ -251,17 +244,22 @@ impl Sampler {
         self.rings.iter().any(|r| r.ring.fill().0 >= self.watermark)
     }
 
-    fn all_hung_up(&self) -> bool {
-        self.per_task && self.hung_up.load(Ordering::Relaxed) >= self.fds.len()
-    }
-
     /// Drains every ring once, calling `f` for each record: the records of one ring in ring order, the rings
     /// one after the other (order records across rings by `time`). A record's borrowed parts (call chain,
     /// stack copy, names) live only during the call of `f`. No allocation per record. Returns the number of
     /// records delivered.
     ///
+    /// A record handed to `f` is consumed even if `f` panics: the panic goes on to the caller, and the next
+    /// `read` starts with the record after it (`stats()` counts each record once).
+    ///
+    /// Lost records: every record the kernel could not write is counted in a `Lost` record, from the kernel's
+    /// own Lost records and, where the kernel counts them per event (Linux 6.0 and later), from those counts,
+    /// read when a ring was nearly full: a `Lost` record then comes at the end of its ring's records, with the
+    /// drops no earlier `Lost` record reported.
+    ///
     /// # Errors
-    /// `STATUS_INVALID_HANDLE` in a `fork()`ed child.
+    /// `STATUS_INVALID_HANDLE` in a `fork()`ed child, also when `f` itself forked: the child's `read` returns
+    /// at once without touching the rings again (they are not mapped in the child).
     pub fn read(&mut self, mut f: impl FnMut(&SampleRecord<'_>)) -> Result<usize, Error> {
         self.check_owner()?;
         let Sampler {
@@ -269,18 +267,49 @@ impl Sampler {
             scratch,
             format,
             stats,
+            events_count_lost,
             ..
         } = self;
         let mut delivered = 0usize;
         for r in rings.iter_mut() {
-            r.ring.drain_words(scratch, |words| {
-                let Some(record) = decode_record(words, *format) else {
-                    return;
+            let CpuRing { ring, lost, .. } = r;
+            let mut saw_lost = false;
+            let drained = ring.drain_words(scratch, |words| {
+                let record = match decode_record(words, *format) {
+                    None => return ControlFlow::Continue(()),
+                    Some(SampleRecord::Lost { lost: n, time }) => {
+                        saw_lost = true;
+                        match lost.add_record(n) {
+                            0 => return ControlFlow::Continue(()),
+                            added => SampleRecord::Lost { lost: added, time },
+                        }
+                    }
+                    Some(record) => record,
                 };
                 count(stats, &record);
                 delivered += 1;
                 f(&record);
+                ControlFlow::Continue(())
             });
+            if drained.forked {
+                return Err(forked());
+            }
+            let free = drained.size.saturating_sub(drained.used);
+            if *events_count_lost && (saw_lost || free < NO_LOSS_FREE_BYTES) {
+                let added = lost.add_event_counts();
+                if added > 0 {
+                    let record = SampleRecord::Lost {
+                        lost: added,
+                        time: sys::monotonic_ns(),
+                    };
+                    count(stats, &record);
+                    delivered += 1;
+                    f(&record);
+                    if sys::fork_generation() != ring.generation() {
+                        return Err(forked());
+                    }
+                }
+            }
         }
         Ok(delivered)
     }
@@ -300,18 +329,36 @@ impl Sampler {
         self.source
     }
 
+    /// Data pages of each CPU's ring: what was asked for (or the default), or less where the locked-memory
+    /// budget is short (every ring gets the same size), never less than two of the largest samples need.
+    pub fn ring_pages(&self) -> usize {
+        self.pages
+    }
+
     /// True when every target process (and, with [`inherit`](SamplerBuilder::inherit), every process they
     /// created) has exited: every event reported hang-up. Never true for a global sampler. Records written
     /// before the exits stay readable: read once more after this turns true.
     pub fn targets_exited(&self) -> bool {
-        if self.owner != std::process::id() || !self.per_task {
+        if self.owner != std::process::id() || !self.waits.0.all_hung_up() && !self.poll_exits() {
             return false;
         }
-        if !self.all_hung_up() {
-            self.poll(0);
-        }
-        self.all_hung_up()
+        self.waits.0.all_hung_up()
     }
+
+    /// Take the hang-ups reported so far (without waiting); true when something changed.
+    fn poll_exits(&self) -> bool {
+        let (ready, hung, _) = self.waits.0.poll(0, false);
+        ready || hung
+    }
+}
+
+/// The error of a sampler used in a `fork()`ed child.
+fn forked() -> Error {
+    Error::new(
+        NtStatus::INVALID_HANDLE,
+        "this sampler was built by the parent of this fork()ed process: its rings do not exist here (build a \
+         new sampler in the child)",
+    )
 }
 
 /// Count a delivered record into the statistics.
@@ -342,6 +389,7 @@ impl Drop for Sampler {
             std::mem::forget(self.pin.take());
         }
         // The rings unmap, then the descriptors close (fields drop in order: `fds` first is fine too, a mapping
-        // holds its own reference to the buffer).
+        // holds its own reference to the buffer). A waker kept by the caller keeps only the epoll set and the
+        // eventfd.
     }
 }

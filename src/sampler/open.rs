@@ -1,12 +1,13 @@
 //! Opening a sampler's events, target by target in stable passes (scan the threads, open every event, scan
 //! again; a thread that appeared meanwhile discards the pass), with one ring per CPU within the locked-memory
-//! budget; and the errors of a refused system call while doing so.
+//! budget, shared evenly: when a ring cannot be mapped, every ring is given up and all are opened again at half
+//! the size, down to the smallest ring that holds two of the largest samples; and the errors of a refused
+//! system call while doing so.
 
 use std::os::fd::{AsFd, OwnedFd};
 
 use nix::errno::Errno;
 
-use super::CpuRing;
 use crate::affinity::CpuSet;
 use crate::api::Process;
 use crate::error::Error;
@@ -52,14 +53,34 @@ enum Who {
     Global,
 }
 
+/// Why opening stopped.
+enum Stop {
+    /// A ring could not be mapped at this size: open everything again with smaller rings.
+    Shrink(Errno),
+    /// A failure to report.
+    Fail(Error),
+}
+
+impl From<Error> for Stop {
+    fn from(e: Error) -> Stop {
+        Stop::Fail(e)
+    }
+}
+
 /// The events opened so far.
 pub(super) struct Opener {
     pub(super) params: SamplerEventParams,
     cpus: Vec<usize>,
-    /// Data pages of the next ring (shrunk when the budget refused a larger one).
-    pages: usize,
+    /// Data pages of every ring (halved while the budget refuses them).
+    pub(super) pages: usize,
+    /// The fewest data pages a ring may have (two of the largest samples and a Lost record).
+    min_pages: usize,
     pub(super) fds: Vec<OwnedFd>,
-    pub(super) rings: Vec<CpuRing>,
+    /// Per descriptor of `fds`: the index in `rings` of the ring it writes into.
+    pub(super) ring_of: Vec<usize>,
+    pub(super) rings: Vec<Ring>,
+    /// Per ring: its CPU.
+    pub(super) ring_cpus: Vec<usize>,
     /// Per CPU of `cpus`: the index in `fds` of the event that owns its ring.
     owner: Vec<Option<usize>>,
     raised_nofile: bool,
@@ -72,43 +93,95 @@ struct Checkpoint {
 }
 
 impl Opener {
-    pub(super) fn new(params: SamplerEventParams, cpus: &CpuSet, pages: usize) -> Opener {
+    pub(super) fn new(
+        params: SamplerEventParams,
+        cpus: &CpuSet,
+        pages: usize,
+        min_pages: usize,
+    ) -> Opener {
         let cpus: Vec<usize> = cpus.iter().collect();
         let owner = vec![None; cpus.len()];
         Opener {
             params,
             cpus,
-            pages,
+            pages: pages.max(min_pages),
+            min_pages,
             fds: Vec::new(),
+            ring_of: Vec::new(),
             rings: Vec::new(),
+            ring_cpus: Vec::new(),
             owner,
             raised_nofile: false,
         }
     }
 
     /// Open the events of every target (or, `global`, of every task on each CPU); the target processes are
-    /// returned, to be kept open for the sampler's life. The library's own threads `own` are never observed.
+    /// returned, to be kept open for the sampler's life. The library's own threads `own` are never observed. When the
+    /// locked-memory budget refuses a ring, everything is closed and opened again with rings of half the size
+    /// (the same size on every CPU), down to the smallest size the samples allow.
     pub(super) fn open_all(
         &mut self,
         global: bool,
         targets: Vec<Target>,
         own: &[Tid],
     ) -> Result<Vec<Process>, Error> {
-        let mut processes = Vec::new();
-        if global {
-            self.observe(Tid::ALL_TASKS, Who::Global)?;
-            return Ok(processes);
-        }
-        for target in targets {
-            match target {
-                Target::Current => self.open_target(&Target::Current, own)?,
-                Target::Process(p) => {
-                    self.open_target(&Target::Process(p.clone()), &[])?;
-                    processes.push(p);
+        // A wake-up size the caller chose (`wakeup_bytes`) is kept; the default follows the ring's size.
+        let chosen = (self.params.wakeup_watermark != watermark_for(self.pages))
+            .then_some(self.params.wakeup_watermark);
+        loop {
+            self.params.wakeup_watermark = chosen.map_or_else(
+                || watermark_for(self.pages),
+                |w| w.min(self.pages * page_size()),
+            );
+            match self.try_open_all(global, &targets, own) {
+                Ok(()) => break,
+                Err(Stop::Fail(e)) => return Err(e),
+                Err(Stop::Shrink(errno)) => {
+                    self.rollback(&Checkpoint { fds: 0, rings: 0 });
+                    if self.pages <= self.min_pages {
+                        return Err(self.no_budget(errno));
+                    }
+                    self.pages = (self.pages / 2).max(self.min_pages);
                 }
             }
         }
-        Ok(processes)
+        Ok(targets
+            .into_iter()
+            .filter_map(|t| match t {
+                Target::Process(p) => Some(p),
+                Target::Current => None,
+            })
+            .collect())
+    }
+
+    fn try_open_all(&mut self, global: bool, targets: &[Target], own: &[Tid]) -> Result<(), Stop> {
+        if global {
+            return self.observe(Tid::ALL_TASKS, Who::Global);
+        }
+        for target in targets {
+            match target {
+                Target::Current => self.open_target(target, own)?,
+                Target::Process(_) => self.open_target(target, &[])?,
+            }
+        }
+        Ok(())
+    }
+
+    /// The error when rings of the smallest size do not fit in the locked-memory budget on every CPU.
+    fn no_budget(&self, errno: Errno) -> Error {
+        let kib = self.min_pages * page_size() / 1024;
+        Error::new(
+            NtStatus::INSUFFICIENT_RESOURCES,
+            format!(
+                "no locked memory left for {} rings of {} data pages ({kib} KiB each, the least that holds two of \
+                 the largest samples) ({}): raise RLIMIT_MEMLOCK (ulimit -l) or kernel.perf_event_mlock_kb, \
+                 close other perf rings of this user, sample fewer CPUs, or record a smaller user stack or call \
+                 chain",
+                self.cpus.len(),
+                self.min_pages,
+                std::io::Error::from_raw_os_error(errno as i32)
+            ),
+        )
     }
 
     fn checkpoint(&self) -> Checkpoint {
@@ -121,7 +194,9 @@ impl Opener {
     /// Close what was opened since `cp` (closing an event also removes the copies tasks inherited from it).
     fn rollback(&mut self, cp: &Checkpoint) {
         self.rings.truncate(cp.rings);
+        self.ring_cpus.truncate(cp.rings);
         self.fds.truncate(cp.fds);
+        self.ring_of.truncate(cp.fds);
         for o in &mut self.owner {
             if o.is_some_and(|i| i >= cp.fds) {
                 *o = None;
@@ -131,7 +206,7 @@ impl Opener {
 
     /// Open the events of one target process in a stable pass (see the module's documentation), skipping the
     /// threads `skip`. A process that exited (or exits meanwhile) gets no events, which is no error.
-    fn open_target(&mut self, target: &Target, skip: &[Tid]) -> Result<(), Error> {
+    fn open_target(&mut self, target: &Target, skip: &[Tid]) -> Result<(), Stop> {
         let who = match target {
             Target::Current => Who::Current,
             Target::Process(p) => Who::Other(p.pid()),
@@ -167,28 +242,43 @@ impl Opener {
     }
 
     /// Open task `tid`'s event on every CPU: the first of a CPU owns its ring, the others write into it.
-    fn observe(&mut self, tid: Tid, who: Who) -> Result<(), Error> {
+    fn observe(&mut self, tid: Tid, who: Who) -> Result<(), Stop> {
         for ci in 0..self.cpus.len() {
             let cpu = self.cpus[ci];
             let Some(fd) = self.open_one(tid, cpu, who)? else {
                 return Ok(()); // the task exited meanwhile
             };
-            let fd = match self.owner[ci] {
+            let ring = match self.owner[ci] {
                 Some(o) => {
                     event::set_output(fd.as_fd(), self.fds[o].as_fd())
                         .map_err(|e| refusal(e, who, "redirecting an event into its CPU's ring"))?;
-                    fd
+                    self.ring_of[o]
                 }
                 None => {
-                    let Some((ring, fd)) = self.map_owner(fd, tid, cpu, who)? else {
-                        return Ok(());
+                    let ring = match Ring::map(
+                        fd.as_fd(),
+                        self.pages,
+                        SampleLayout {
+                            tid: true,
+                            user_ip: false,
+                        },
+                    ) {
+                        Ok(ring) => ring,
+                        Err(errno @ (Errno::EPERM | Errno::ENOMEM)) => {
+                            return Err(Stop::Shrink(errno));
+                        }
+                        Err(errno) => {
+                            return Err(Stop::Fail(shortage(errno, "mapping a sampler's ring")));
+                        }
                     };
-                    self.rings.push(CpuRing { cpu, ring });
+                    self.rings.push(ring);
+                    self.ring_cpus.push(cpu);
                     self.owner[ci] = Some(self.fds.len());
-                    fd
+                    self.rings.len() - 1
                 }
             };
             self.fds.push(fd);
+            self.ring_of.push(ring);
         }
         Ok(())
     }
@@ -204,50 +294,10 @@ impl Opener {
                 Err(Errno::EMFILE) if !self.raised_nofile && sys::raise_nofile_limit() => {
                     self.raised_nofile = true;
                 }
+                // A kernel before 6.0 has no PERF_FORMAT_LOST: count lost records from Lost records only.
+                Err(Errno::EINVAL) if self.params.read_lost => self.params.read_lost = false,
                 Err(errno) => return Err(refusal(errno, who, "opening a perf event")),
             }
-        }
-    }
-
-    /// Map the ring of a CPU's first event, halving its size while the locked-memory budget refuses it. When
-    /// the ring comes out smaller than the watermark was chosen for, the event is opened again with a quarter
-    /// of the smaller ring as its watermark (the kernel would otherwise wake the reader only when the ring is
-    /// full). `None`: the task exited meanwhile.
-    fn map_owner(
-        &mut self,
-        mut fd: OwnedFd,
-        tid: Tid,
-        cpu: usize,
-        who: Who,
-    ) -> Result<Option<(Ring, OwnedFd)>, Error> {
-        loop {
-            let ring = loop {
-                match Ring::map(fd.as_fd(), self.pages, SampleLayout::default()) {
-                    Ok(ring) => break ring,
-                    Err(Errno::EPERM | Errno::ENOMEM) if self.pages > 1 => self.pages /= 2,
-                    Err(errno) => {
-                        return Err(Error::new(
-                            NtStatus::INSUFFICIENT_RESOURCES,
-                            format!(
-                                "no locked memory left for a ring of one page ({}): raise RLIMIT_MEMLOCK or \
-                                 kernel.perf_event_mlock_kb, or close other perf rings",
-                                std::io::Error::from_raw_os_error(errno as i32)
-                            ),
-                        ));
-                    }
-                }
-            };
-            let watermark = watermark_for(self.pages);
-            if self.params.wakeup_watermark <= watermark {
-                return Ok(Some((ring, fd)));
-            }
-            drop(ring);
-            drop(fd);
-            self.params.wakeup_watermark = watermark;
-            fd = match self.open_one(tid, cpu, who)? {
-                Some(fd) => fd,
-                None => return Ok(None),
-            };
         }
     }
 }

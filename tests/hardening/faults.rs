@@ -25,7 +25,7 @@ const PROFILE_TIME: u32 = 0;
 const TASK_CLOCK: u32 = 0x1_0000;
 
 /// Build the shim into a fresh temporary directory; returns the library's path.
-fn build_shim() -> PathBuf {
+pub(crate) fn build_shim() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ntprofile-fault-shim-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let so = dir.join("libntpfault.so");
@@ -46,15 +46,15 @@ fn build_shim() -> PathBuf {
 }
 
 /// The shim's control functions, found in the preloaded library.
-struct Shim {
+pub(crate) struct Shim {
     open: extern "C" fn(i32, i32, i32),
     esrch: extern "C" fn(i32),
-    mmap: extern "C" fn(i32, c_long),
+    pub(crate) mmap: extern "C" fn(i32, c_long),
     pidfd: extern "C" fn(i32),
-    clear: extern "C" fn(),
+    pub(crate) clear: extern "C" fn(),
     injected: extern "C" fn() -> c_long,
     watermark: extern "C" fn(i32) -> c_long,
-    mapped: extern "C" fn(i32) -> c_long,
+    pub(crate) mapped: extern "C" fn(i32) -> c_long,
 }
 
 fn sym(name: &str) -> *mut c_void {
@@ -69,7 +69,7 @@ fn sym(name: &str) -> *mut c_void {
 }
 
 impl Shim {
-    fn load() -> Shim {
+    pub(crate) fn load() -> Shim {
         // SAFETY: each symbol is the C function of that name in fault_shim.c, with this signature.
         unsafe {
             Shim {

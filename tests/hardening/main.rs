@@ -8,6 +8,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 mod faults;
+mod nt_lost;
 mod regressions;
 mod stress;
 

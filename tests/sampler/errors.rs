@@ -45,11 +45,12 @@ fn bad_arguments_get_their_status() {
             NtStatus::NOT_SUPPORTED
         );
     }
-    // The largest user-stack copy is accepted (rounded to 8: 65521 -> 65528).
+    // The largest user-stack copy is accepted (rounded to 8: 65521 -> 65528), in a ring that holds two such
+    // samples (64 pages).
     let _serial = common::serial();
     let s = b()
         .user_stack(65_521)
-        .ring_pages(16)
+        .ring_pages(64)
         .build()
         .expect("65521 bytes");
     drop(s);
@@ -103,12 +104,13 @@ fn every_sample_is_delivered_or_reported_lost() {
     let programs = Programs::new("lost");
     let (chain, _) = (programs.build("chain", &[]), ());
     let program = Waiting::spawn(&chain, &["300"]);
-    // One data page, 2 KiB of stack per sample at 100 µs: the ring fills between two reads.
+    // Two data pages (the least that holds two samples with 2 KiB of stack), at 100 µs: the ring fills between
+    // two reads.
     let mut sampler = Sampler::builder()
         .pid(program.pid())
         .interval(1000)
         .user_stack(2048)
-        .ring_pages(1)
+        .ring_pages(2)
         .build()
         .expect("build");
     let mut program = program;

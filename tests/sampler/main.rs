@@ -22,7 +22,10 @@ mod cbuild;
 mod common;
 
 mod errors;
+mod promises;
 mod stacks;
+mod stress;
+mod switches;
 mod tree;
 
 /// The programs of this folder, built once per test into `scratch`.
@@ -152,6 +155,9 @@ enum Rec {
         lost: u64,
     },
     Throttle,
+    Switch {
+        time: u64,
+    },
 }
 
 impl Rec {
@@ -211,6 +217,7 @@ impl Rec {
             },
             SampleRecord::Lost { lost, .. } => Rec::Lost { lost: *lost },
             SampleRecord::Throttle { .. } => Rec::Throttle,
+            SampleRecord::Switch { time, .. } => Rec::Switch { time: *time },
         }
     }
 
@@ -220,7 +227,8 @@ impl Rec {
             | Rec::Mmap { time, .. }
             | Rec::Comm { time, .. }
             | Rec::Fork { time, .. }
-            | Rec::Exit { time, .. } => *time,
+            | Rec::Exit { time, .. }
+            | Rec::Switch { time } => *time,
             Rec::Lost { .. } | Rec::Throttle => 0,
         }
     }
@@ -277,6 +285,7 @@ fn note(what: &str, recs: &[Rec], stats: SamplerStats) {
             Rec::Exit { .. } => "exit",
             Rec::Lost { .. } => "lost",
             Rec::Throttle => "throttle",
+            Rec::Switch { .. } => "switch",
         };
         *kinds.entry(k).or_default() += 1;
     }

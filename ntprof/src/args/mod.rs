@@ -34,7 +34,8 @@ pub enum Command {
     Sources,
     /// Profile a bundled workload inside ntprof itself (the in-process use of the API).
     Demo(DemoOptions),
-    /// Render a saved JSON profile (--json FILE) again, in any format, without re-running.
+    /// Render a saved JSON profile again (ntprof report FILE.json), in any format, without re-running.
+    #[command(after_help = REPORT_AFTER_HELP)]
     Report(crate::report_cmd::ReportArgs),
 }
 
@@ -52,6 +53,14 @@ Examples:
   ntprof record -g --format folded -o prog.folded -- ./prog   folded stacks for flamegraph.pl, speedscope
 
 The exit status is the command's (128 + N when a signal N killed it); 127 when it cannot be run.";
+
+const REPORT_AFTER_HELP: &str = "\
+Examples:
+  ntprof record --json prof.json -- ./prog   record once, keeping the JSON profile
+  ntprof report prof.json                    the text report again
+  ntprof report --call-tree prof.json        with the call tree
+  ntprof report prof.json --format pprof -o prof.pb.gz   any other format
+  ntprof report - < prof.json                from standard input";
 
 /// The profiling options shared by `record` and `attach`.
 #[derive(Debug, Clone, Args)]
@@ -74,7 +83,7 @@ pub struct ProfileArgs {
     pub bucket: Option<u32>,
     /// Profile CMD (or the attached processes) alone, not the processes they start (perf's option name). By
     /// default every process started, transitively (fork, vfork, clone, posix_spawn, exec), is profiled from
-    /// its first instruction.
+    /// its first instruction (and an attach follows the descendants running at the attach too).
     #[arg(long)]
     pub no_inherit: bool,
     /// Randomize each sample period by up to +- PERCENT % (0..=90) so that periodic work cannot alias with it.
@@ -107,6 +116,12 @@ pub struct ProfileArgs {
     /// with the modules' .eh_frame/.debug_frame, so code built without frame pointers, libc included, is walked).
     #[arg(long = "call-graph", value_name = "fp|dwarf[,SIZE]", value_parser = parse_call_graph)]
     pub call_graph: Option<CallGraph>,
+    /// Also record the time each thread spends off CPU (sleeping, blocked in I/O, on a lock, waiting for a
+    /// child; preemptions apart), by the call stack it blocked at, in nanoseconds: the report's Off-CPU section,
+    /// and the off_cpu and preempted sources of every format. Implies -g unless --call-graph is given. Works
+    /// unprivileged on your own processes.
+    #[arg(long = "off-cpu")]
+    pub off_cpu: bool,
 }
 
 /// `ntprof record`.
@@ -133,8 +148,8 @@ pub struct RecordArgs {
 /// `ntprof attach`.
 #[derive(Debug, Clone, Args)]
 pub struct AttachArgs {
-    /// The process to profile, or a comma list of them (--pid 12,34); the processes they start while attached
-    /// are profiled too, unless --no-inherit.
+    /// The process to profile, or a comma list of them (--pid 12,34); unless --no-inherit, their descendants
+    /// are profiled too: those running at the attach and those started while attached.
     #[arg(short = 'p', long, value_name = "PID[,PID...]", value_delimiter = ',', required = true,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub pid: Vec<u32>,
@@ -264,7 +279,7 @@ impl ProfileArgs {
     /// How call stacks are recorded, if at all (`--call-graph` wins over `-g`).
     pub fn call_graph(&self) -> Option<CallGraph> {
         self.call_graph
-            .or(self.call_stacks.then_some(CallGraph::Fp))
+            .or((self.call_stacks || self.off_cpu).then_some(CallGraph::Fp))
     }
 
     /// The interval asked for `source`: its own `SOURCE=N`, else a bare `N`, else none (the source's default).

@@ -128,3 +128,30 @@ fn intervals_for_every_source_or_one() {
     assert!(parse_interval_arg("Timer=-1").is_err());
     assert!(parse_interval_arg("x").is_err());
 }
+
+/// `ntprof --help` describes `report` with the syntax `report` takes: a positional FILE.json, not `--json FILE`
+/// (which, given to `report`, names a JSON output to write).
+#[test]
+fn help_describes_report_as_it_is_called() {
+    let mut cmd = Cli::command();
+    let help = cmd.render_long_help().to_string();
+    let line = help
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("report"))
+        .take_while(|l| !l.trim_start().starts_with("help"))
+        .flat_map(str::split_whitespace)
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(line.contains("(ntprof report FILE.json)"), "{help}");
+    assert!(!line.contains("--json"), "{help}");
+    let report = cmd.find_subcommand_mut("report").unwrap();
+    let usage = report.render_usage().to_string();
+    assert!(usage.contains("report [OPTIONS] <FILE.json>"), "{usage}");
+    let long = report.render_long_help().to_string();
+    assert!(long.contains("ntprof report prof.json"), "{long}");
+    // The syntax the help shows is the one that parses.
+    let Command::Report(r) = p(&["report", "prof.json"]).unwrap().command else {
+        panic!("not report")
+    };
+    assert_eq!(r.file, std::path::Path::new("prof.json"));
+}

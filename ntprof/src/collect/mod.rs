@@ -54,7 +54,7 @@ pub fn build(
             used_module[loc.module as usize] = true;
         }
     }
-    let symbols = Symbolizers::open(&tracker.modules.list, &used_module, kallsyms);
+    let symbols = Symbolizers::open(&tracker.modules.list, &used_module, kallsyms, &tracker.jit);
     let located: Vec<_> = tracker
         .stacks
         .locs
@@ -69,11 +69,17 @@ pub fn build(
         bucket_size: 1u64 << bucket_log2.min(63),
     };
     let mut callers = stacks::Callers::new(tracker, &symbols, &located);
-    let reports = sources
+    let reports = tracker
+        .sources
         .iter()
-        .zip(&tracker.sources)
-        .map(|(info, counts)| {
-            let mut r = source_report(info, aggregate::tables(&input, counts), duration_s);
+        .enumerate()
+        .map(|(i, counts)| {
+            let tables = aggregate::tables(&input, counts);
+            let mut r = match sources.get(i) {
+                Some(info) => source_report(info, tables, duration_s),
+                // The off-CPU sources come after the sampled ones.
+                None => off_cpu_report(i == sources.len(), tables),
+            };
             if tracker.call_graph.is_some() {
                 (r.stacks, r.locations) = callers.tables(counts);
             }
@@ -103,6 +109,29 @@ fn source_report(info: &SourceInfo, t: aggregate::Tables, duration_s: f64) -> So
             0.0
         },
         jitter_percent: info.jitter,
+        stats: t.stats,
+        commands: t.commands,
+        processes: t.processes,
+        modules: t.modules,
+        functions: t.functions,
+        lines: t.lines,
+        buckets: t.buckets,
+        stacks: Vec::new(),
+        locations: Vec::new(),
+    }
+}
+
+/// The report of an off-CPU source (`voluntary`: `off_cpu`, else `preempted`): its samples are nanoseconds.
+fn off_cpu_report(voluntary: bool, t: aggregate::Tables) -> SourceReport {
+    SourceReport {
+        name: if voluntary { "off_cpu" } else { "preempted" }.to_string(),
+        value: 0,
+        interval: 1,
+        interval_unit: crate::report::OFF_CPU_UNIT.to_string(),
+        sample_value: 1,
+        sample_unit: "nanoseconds".to_string(),
+        achieved_rate_hz: 0.0,
+        jitter_percent: 0,
         stats: t.stats,
         commands: t.commands,
         processes: t.processes,
@@ -166,6 +195,7 @@ pub fn run_info(mode: &str, command: Vec<String>, pid: Option<u32>, started_at: 
         notes: Vec::new(),
         expected: Vec::new(),
         explanations: Vec::new(),
+        jit: Vec::new(),
     }
 }
 

@@ -1,7 +1,8 @@
 //! Symbolization: each location (module, address in the module) with samples → the function, its inlined
 //! frames, file and line. ELF files through their symbol tables and DWARF, the kernel through kallsyms, JIT code
-//! through the process's perf map file. Code of an ELF file that no symbol names is named by the start of the
-//! `.eh_frame` function that holds it, `module+0xSTART`; a location nothing covers is `module+0xOFFSET`.
+//! through the process's jitdump file (by time, resolved when the run ended) or its perf map file. Code of an ELF
+//! file that no symbol names is named by the start of the `.eh_frame` function that holds it, `module+0xSTART`; a
+//! location nothing covers is `module+0xOFFSET`.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -9,6 +10,7 @@ use std::path::Path;
 use crate::report::Frame;
 use crate::symbols::{ElfSymbolizer, Kallsyms, Mapping};
 use crate::tree::jit::{self, PerfMap};
+use crate::tree::jitdump::JitState;
 use crate::tree::space::{Module, ModuleKind};
 
 /// What DWARF calls a frame it cannot name.
@@ -56,7 +58,9 @@ pub struct Located {
 pub struct Symbolizers<'a> {
     modules: &'a [Module],
     elf: HashMap<String, Option<ElfSymbolizer>>,
-    jit: HashMap<u32, Option<PerfMap>>,
+    /// Perf maps the run's end did not read already.
+    perf_maps: HashMap<u32, Option<PerfMap>>,
+    jit: &'a JitState,
     kallsyms: Option<&'a Kallsyms>,
     /// Per module: how it is placed.
     pub placed: Vec<Placed>,
@@ -64,7 +68,12 @@ pub struct Symbolizers<'a> {
 
 impl<'a> Symbolizers<'a> {
     /// Open what the modules in `used` need (the ELF files in parallel: loading DWARF is most of the cost).
-    pub fn open(modules: &'a [Module], used: &[bool], kallsyms: Option<&'a Kallsyms>) -> Self {
+    pub fn open(
+        modules: &'a [Module],
+        used: &[bool],
+        kallsyms: Option<&'a Kallsyms>,
+        jit: &'a JitState,
+    ) -> Self {
         let mut paths: Vec<&str> = modules
             .iter()
             .zip(used)
@@ -82,21 +91,32 @@ impl<'a> Symbolizers<'a> {
                 .collect();
             handles.into_iter().filter_map(|h| h.join().ok()).collect()
         });
-        let mut jit = HashMap::new();
+        let mut perf_maps = HashMap::new();
         for (m, _) in modules.iter().zip(used).filter(|(_, u)| **u) {
-            if let ModuleKind::Anon { pid } = m.kind {
-                jit.entry(pid).or_insert_with(|| PerfMap::load(pid));
+            if let ModuleKind::Anon { pid } = m.kind
+                && jit.perf_map(pid).is_none()
+            {
+                perf_maps.entry(pid).or_insert_with(|| PerfMap::load(pid));
             }
         }
         let mut s = Symbolizers {
             modules,
             elf,
+            perf_maps,
             jit,
             kallsyms,
             placed: Vec::new(),
         };
         s.placed = modules.iter().map(|m| s.place(m)).collect();
         s
+    }
+
+    /// The perf map of `pid`, if it has one.
+    fn perf_map(&self, pid: u32) -> Option<&PerfMap> {
+        match self.jit.perf_map(pid) {
+            Some(map) => map,
+            None => self.perf_maps.get(&pid).and_then(Option::as_ref),
+        }
     }
 
     fn place(&self, m: &Module) -> Placed {
@@ -119,10 +139,18 @@ impl<'a> Symbolizers<'a> {
             }
             ModuleKind::Special => (start.wrapping_sub(pgoff), None),
             ModuleKind::Anon { pid } => {
-                if matches!(self.jit.get(pid), Some(Some(_))) {
+                // With a dump that named some of the process's JIT code, the rest is in the same module row.
+                if let Some(dump) = self.jit.dump_path(*pid) {
+                    name = jit::jit_module_name(*pid);
+                    path = dump.to_string();
+                } else if self.perf_map(*pid).is_some() {
                     name = jit::jit_module_name(*pid);
                     path = jit::map_path(*pid);
                 }
+                (0, None)
+            }
+            ModuleKind::JitDump { dump, .. } => {
+                path = self.jit.path(*dump).unwrap_or_default().to_string();
                 (0, None)
             }
             ModuleKind::Kernel(_) => (0, None),
@@ -146,6 +174,9 @@ impl<'a> Symbolizers<'a> {
             }
             ModuleKind::Range => m.first.0.wrapping_add(offset),
             ModuleKind::Anon { .. } | ModuleKind::Kernel(_) => offset,
+            ModuleKind::JitDump { dump, .. } => {
+                self.jit.locate(dump, offset).map_or(offset, |f| f.address)
+            }
         }
     }
 
@@ -178,11 +209,7 @@ impl<'a> Symbolizers<'a> {
                 }
             }
             ModuleKind::Anon { pid } => {
-                let named = self
-                    .jit
-                    .get(pid)
-                    .and_then(Option::as_ref)
-                    .and_then(|j| j.lookup(address));
+                let named = self.perf_map(*pid).and_then(|j| j.lookup(address));
                 located.function = match named {
                     Some((name, start)) => {
                         located.function_address = start;
@@ -191,6 +218,26 @@ impl<'a> Symbolizers<'a> {
                     }
                     None => "[unknown]".to_string(),
                 };
+            }
+            ModuleKind::Special if m.path == crate::tree::wait::WAIT_MODULE => {
+                let name = crate::tree::wait::wait_name(offset);
+                located.function = name.clone();
+                located.frames = vec![frame(&name)];
+            }
+            ModuleKind::JitDump { dump, .. } => {
+                if let Some(f) = self.jit.locate(*dump, offset) {
+                    located.function = f.name.to_string();
+                    located.function_address = f.start;
+                    located.function_size = f.size;
+                    located.function_line =
+                        f.first_line.map(|(file, line)| (file.to_string(), line));
+                    located.frames = vec![Frame {
+                        function: f.name.to_string(),
+                        file: f.line.map(|l| l.0.to_string()),
+                        line: f.line.map(|l| l.1),
+                        inlined: false,
+                    }];
+                }
             }
             ModuleKind::Special | ModuleKind::Range => {}
         }

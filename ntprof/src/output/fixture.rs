@@ -119,6 +119,17 @@ pub fn report() -> Report {
             notes: vec!["every mapping was reported by the kernel as it was made".into()],
             expected: vec![],
             explanations: vec![],
+            jit: vec![crate::report::JitReport {
+                pid: 4242,
+                kind: "jitdump".into(),
+                path: "/opt/demo/jit-4242.dump".into(),
+                records: 12,
+                reused: 1,
+                samples: 0,
+                named_by_time: 0,
+                mixed: 0,
+                problem: None,
+            }],
         },
         processes: vec![ProcessReport {
             id: 0,
@@ -184,6 +195,7 @@ pub fn report() -> Report {
             stacks: vec![],
             locations: vec![],
         }],
+        off_cpu: None,
     }
 }
 

@@ -69,15 +69,31 @@ pub fn folded_stacks(report: &Report, source: &SourceReport) -> Vec<String> {
 }
 
 /// `--format folded`: the folded stacks of the first source (its call stacks, or without them its
-/// module → function → line hierarchy), one `frames samples` line each.
+/// module → function → line hierarchy), one `frames samples` line each. With off-CPU sources (`--off-cpu`), a
+/// wall-time view: every source's stacks under a root frame named after the source (`Timer`, `off_cpu`,
+/// `preempted`), each value in the source's unit (`samples × sample_value`: nanoseconds for the time sources
+/// and the off-CPU ones).
 pub fn folded_text(report: &Report) -> String {
     let Some(source) = report.sources.first() else {
         return String::new();
     };
     let mut out = String::new();
-    for line in source_folded(report, source) {
-        out.push_str(&line);
-        out.push('\n');
+    if !report.sources.iter().any(SourceReport::is_off_cpu) {
+        for line in source_folded(report, source) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        return out;
+    }
+    for source in &report.sources {
+        for line in source_folded(report, source) {
+            let Some((frames, n)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let n: u64 = n.parse().unwrap_or(0);
+            let value = n.saturating_mul(source.sample_value);
+            out.push_str(&format!("{};{frames} {value}\n", frame_name(&source.name)));
+        }
     }
     out
 }
@@ -147,18 +163,82 @@ pub fn render_source(report: &Report, source: &SourceReport) -> Result<Vec<u8>, 
         report.run.command.join(" ")
     };
     let mut options = Options::default();
-    options.title = format!("ntprof: {} samples of {what}", source.name);
     let s = source.stats;
-    options.subtitle = Some(format!(
-        "{} samples counted, {} outside the profiled modules, {} lost; interval {} ({} units)",
-        s.counted, s.outside, s.lost, source.interval, source.interval_unit
-    ));
-    options.count_name = "samples".into();
+    if source.is_off_cpu() {
+        let what_kind = if source.name == "off_cpu" {
+            "time blocked (sleep, I/O, locks, children)"
+        } else {
+            "time preempted (runnable, waiting for a CPU)"
+        };
+        options.title = format!("ntprof: off-CPU {what_kind} of {what}");
+        options.subtitle = Some(format!(
+            "{:.1} ms off CPU; the top frame is the wait (system call), below it the stack that blocked; width = \
+             time",
+            (s.counted + s.outside) as f64 / 1e6
+        ));
+        options.count_name = "ns".into();
+    } else {
+        options.title = format!("ntprof: {} samples of {what}", source.name);
+        options.subtitle = Some(format!(
+            "{} samples counted, {} outside the profiled modules, {} lost; interval {} ({} units)",
+            s.counted, s.outside, s.lost, source.interval, source.interval_unit
+        ));
+        options.count_name = "samples".into();
+    }
     options.name_type = "Frame:".into();
     let mut svg = Vec::new();
     flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut svg)
         .map_err(|e| format!("cannot draw the flame graph of {}: {e}", source.name))?;
-    Ok(svg)
+    let svg = String::from_utf8(svg)
+        .map_err(|e| format!("the flame graph of {} is not UTF-8: {e}", source.name))?;
+    Ok(label_root(svg, &format!("all: {what} [{}]", source.name)).into_bytes())
+}
+
+/// The most characters of the root's label drawn in its box (the box spans the width: 1180 pixels of 12-pixel
+/// text, about 7 pixels a character); the whole label stays in its title.
+const ROOT_LABEL_CHARS: usize = 160;
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// Name inferno's root frame, which it titles `all (N samples, 100%)` and draws without a label: its title and its
+/// box say `label` (what was profiled and the source). The graph's script shows a box's title, less its trailing
+/// `(N samples, …)`, when it zooms, so the two agree.
+fn label_root(mut svg: String, label: &str) -> String {
+    const ROOT: &str = "<title>all (";
+    let Some(at) = svg.find(ROOT) else {
+        return svg;
+    };
+    let Some(title_len) = svg[at..].find("</title>") else {
+        return svg;
+    };
+    if !svg[at..at + title_len].ends_with(", 100%)") {
+        return svg;
+    }
+    let Some(group_len) = svg[at..].find("</g>") else {
+        return svg;
+    };
+    let Some(empty) = svg[at..at + group_len].find("></text>") else {
+        return svg;
+    };
+    let shown: String = if label.chars().count() > ROOT_LABEL_CHARS {
+        let mut s: String = label.chars().take(ROOT_LABEL_CHARS - 2).collect();
+        s.push_str("..");
+        s
+    } else {
+        label.to_string()
+    };
+    // The box's text first (it comes after the title), so that the title's offsets still hold.
+    svg.insert_str(at + empty + 1, &xml_escape(&shown));
+    svg.replace_range(
+        at + "<title>".len()..at + "<title>all".len(),
+        &xml_escape(label),
+    );
+    svg
 }
 
 #[cfg(test)]
@@ -205,8 +285,39 @@ mod tests {
         let report = fixture::report();
         let svg = String::from_utf8(render_source(&report, &report.sources[0]).unwrap()).unwrap();
         assert!(svg.contains("ntprof: Timer samples of ./demo --seconds 2"));
+        // The root frame is labelled, in its title and in its box.
+        assert!(
+            svg.contains("<title>all: ./demo --seconds 2 [Timer] (1,000 samples, 100%)</title>"),
+            "{svg}"
+        );
+        assert!(
+            svg.contains(">all: ./demo --seconds 2 [Timer]</text>"),
+            "{svg}"
+        );
+        assert!(!svg.contains("<title>all ("), "{svg}");
         assert!(svg.contains("hot_a (600 samples, 60.00%)"), "{svg}");
         assert!(svg.contains("hot_b (300 samples, 30.00%)"));
+    }
+
+    #[test]
+    fn the_root_label_is_escaped_and_cut_to_its_box() {
+        let svg = "<g><title>all (7 samples, 100%)</title><rect/><text x=\"0.25%\"></text></g>"
+            .to_string();
+        assert_eq!(
+            label_root(svg.clone(), "all: sh -c \"a<b & c\" [Timer]"),
+            "<g><title>all: sh -c &quot;a&lt;b &amp; c&quot; [Timer] (7 samples, 100%)</title><rect/>\
+             <text x=\"0.25%\">all: sh -c &quot;a&lt;b &amp; c&quot; [Timer]</text></g>"
+        );
+        let long = format!("all: {}", "x".repeat(300));
+        let out = label_root(svg, &long);
+        assert!(out.contains(&format!(
+            ">all: {}..</text>",
+            "x".repeat(ROOT_LABEL_CHARS - 7)
+        )));
+        assert!(out.contains(&format!("<title>{long} (7 samples")));
+        // A function called `all` is not the root.
+        let f = "<g><title>all (7 samples, 100.00%)</title><text></text></g>".to_string();
+        assert_eq!(label_root(f.clone(), "x"), f);
     }
 
     #[test]

@@ -1,13 +1,14 @@
-//! `ntprof attach --pid P[,P...]`: sample running processes (and, unless `--no-inherit`, every process they start
-//! while attached) until `--duration` ends, Ctrl-C, or they exit.
+//! `ntprof attach --pid P[,P...]`: sample running processes and, unless `--no-inherit`, every descendant they
+//! have (the processes they started before the attach, transitively, and every process started while
+//! attached) until `--duration` ends, Ctrl-C, or they all exit.
 
 use std::time::{Duration, Instant};
 
-use ntprofile::{Process, sampler_clock_ns};
+use ntprofile::{NtStatus, Process, sampler_clock_ns};
 
 use super::session::{ROUND, Session, Targets};
 use super::{EXIT_FAILURE, EXIT_USAGE, Failure, Outcome, PROGRESS_EVERY, explain, launch, notes};
-use crate::args::AttachArgs;
+use crate::args::{AttachArgs, ProfileArgs};
 use crate::collect;
 use crate::progress::Progress;
 use crate::tree::{procs, space};
@@ -26,15 +27,13 @@ pub fn attach(args: &AttachArgs) -> Result<Outcome, Failure> {
         .iter()
         .map(|&p| Process::open(p).map_err(|e| explain("opening the process", &e, Some(p))))
         .collect::<Result<_, _>>()?;
-    let cpu_before: Vec<Option<(f64, f64)>> =
-        pids.iter().map(|&p| launch::process_cpu(p)).collect();
-    let mut session = Session::open(Targets::Pids(&pids), &args.profile, false, true)?;
+    let (mut session, tree) = open_tree(processes, &pids, &args.profile)?;
     let start_ns = sampler_clock_ns();
     session.enable()?;
     let executable = std::fs::read_link(format!("/proc/{}/exe", pids[0]))
         .ok()
         .map(|p| p.to_string_lossy().into_owned());
-    add_attached(&mut session, &pids, start_ns)?;
+    add_attached(&mut session, &tree, start_ns)?;
     session.tracker.run_start_ns = start_ns;
     session.round(Duration::ZERO)?;
     if let Some(w) = super::unmatched_warning(&session) {
@@ -47,7 +46,7 @@ pub fn attach(args: &AttachArgs) -> Result<Outcome, Failure> {
     let progress = Progress::new(&format!("attach: pid {}", join(&pids)), args.output.quiet);
     let ended_by = wait_attached(
         &mut session,
-        &processes,
+        &tree.processes[..tree.given],
         &sigfd,
         args.duration,
         &progress,
@@ -57,7 +56,8 @@ pub fn attach(args: &AttachArgs) -> Result<Outcome, Failure> {
     session.finish()?;
     progress.finish();
     let recorder_cpu_s = launch::own_cpu();
-    let cpu = cpu_used(&pids, &cpu_before);
+    let cpu = cpu_used(&tree.pids(), &tree.cpu_before);
+    let left_cpu = cpu_used(&tree.left_out, &tree.left_cpu_before).map(|(u, s)| u + s);
     let mut run = collect::run_info("attach", procs::cmdline(pids[0]), Some(pids[0]), started_at);
     if run.command.is_empty() {
         run.command = session
@@ -76,8 +76,34 @@ pub fn attach(args: &AttachArgs) -> Result<Outcome, Failure> {
     run.bucket_log2 = args.profile.bucket.unwrap_or(0);
     run.follow_children = !args.profile.no_inherit;
     run.expected = args.profile.expect.clone();
-    run.notes = notes::user_notes(&session, args.profile.jitter, pids.len());
-    run.explanations = notes::explanations(&session, run.duration_s, cpu, false);
+    run.notes = notes::user_notes(&session, args.profile.jitter, tree.processes.len());
+    let left_out = notes::LeftOut {
+        running: tree.left_out.len(),
+        no_inherit: args.profile.no_inherit,
+        cpu_s: left_cpu,
+    };
+    run.explanations = notes::attach_explanations(&session, run.duration_s, cpu, &left_out);
+    let descendants = tree.processes.len() - tree.given;
+    if descendants > 0 {
+        run.notes.push(format!(
+            "{descendants} process(es) the attached process(es) had started before the attach were profiled \
+             too, from the attach on (their earlier time is not in the report)"
+        ));
+    }
+    if !tree.left_out.is_empty() && !args.profile.no_inherit {
+        run.notes.push(format!(
+            "{} descendant(s) running at the attach could not be profiled (another user's processes); their \
+             samples are not in the report",
+            tree.left_out.len()
+        ));
+    }
+    if tree.unsettled > 0 {
+        run.notes.push(format!(
+            "{} descendant(s) appeared while the events were being opened, on every try; they are profiled only \
+             if they were created after their parent's events opened",
+            tree.unsettled
+        ));
+    }
     if ended_by == "process-exited" {
         run.notes.push(format!(
             "process {} exited during the attach; the report covers it up to its exit",
@@ -92,19 +118,129 @@ pub fn attach(args: &AttachArgs) -> Result<Outcome, Failure> {
     })
 }
 
-/// The attached processes as they are now: their mappings (later ones come as the kernel's records), command
-/// and parent.
-fn add_attached(session: &mut Session, pids: &[u32], start_ns: u64) -> Result<(), Failure> {
-    for &pid in pids {
+/// How many times the events are opened again because a descendant appeared while they were being opened.
+const PASSES: usize = 8;
+
+/// The processes of an attach: the given ones, then, unless `--no-inherit`, the descendants they had started.
+struct Tree {
+    /// How many processes were given (`--pid`): the first of `processes`.
+    given: usize,
+    /// The profiled processes present at the attach: the given ones first, then their descendants, each after
+    /// its parent.
+    processes: Vec<Process>,
+    /// The parent pid of each of `processes` (0 for a given process: read from `/proc` when it is added).
+    parents: Vec<u32>,
+    /// CPU time of each of `processes` before the attach.
+    cpu_before: Vec<Option<(f64, f64)>>,
+    /// Descendants running at the attach that are not profiled (`--no-inherit`, or another user's).
+    left_out: Vec<u32>,
+    /// CPU time of each of `left_out` before the attach.
+    left_cpu_before: Vec<Option<(f64, f64)>>,
+    /// Descendants that still appeared during the last pass.
+    unsettled: usize,
+}
+
+impl Tree {
+    fn pids(&self) -> Vec<u32> {
+        self.processes.iter().map(Process::pid).collect()
+    }
+}
+
+/// Open the sampling session on the given processes and, unless `--no-inherit`, on every descendant they have
+/// now. The events of a process follow only the children created after they were opened, so the descendants
+/// are scanned (`/proc/*/stat`), their events opened, and scanned again: a descendant that appeared meanwhile
+/// may have been created before its parent's events opened, so the pass is dropped (closing an event closes
+/// the copies children inherited from it) and done again with it, until a pass finds no newcomer.
+fn open_tree(
+    roots: Vec<Process>,
+    pids: &[u32],
+    opts: &ProfileArgs,
+) -> Result<(Session, Tree), Failure> {
+    let mut found = procs::descendants(pids);
+    if opts.no_inherit {
+        let cpu_before = pids.iter().map(|&p| launch::process_cpu(p)).collect();
+        let left_out: Vec<u32> = found.iter().map(|&(pid, _)| pid).collect();
+        let left_cpu_before = left_out.iter().map(|&p| launch::process_cpu(p)).collect();
+        let session = Session::open(Targets::Processes(&roots), opts, false, true)?;
+        let parents = vec![0; roots.len()];
+        return Ok((
+            session,
+            Tree {
+                given: roots.len(),
+                processes: roots,
+                parents,
+                cpu_before,
+                left_out,
+                left_cpu_before,
+                unsettled: 0,
+            },
+        ));
+    }
+    for pass in 1..=PASSES {
+        let mut processes = roots.clone();
+        let mut parents = vec![0; roots.len()];
+        let mut refused = Vec::new();
+        for &(pid, ppid) in &found {
+            match Process::open(pid) {
+                Ok(p) => {
+                    processes.push(p);
+                    parents.push(ppid);
+                }
+                Err(e) if e.status() == NtStatus::ACCESS_DENIED => refused.push(pid),
+                Err(_) => {} // it exited
+            }
+        }
+        let cpu_before = processes
+            .iter()
+            .map(|p| launch::process_cpu(p.pid()))
+            .collect();
+        let session = Session::open(Targets::Processes(&processes), opts, false, true)?;
+        let again = procs::descendants(pids);
+        let newcomers = again
+            .iter()
+            .filter(|d| !found.iter().any(|f| f.0 == d.0))
+            .count();
+        if newcomers == 0 || pass == PASSES {
+            let tree = Tree {
+                given: roots.len(),
+                processes,
+                parents,
+                cpu_before,
+                left_cpu_before: refused.iter().map(|&p| launch::process_cpu(p)).collect(),
+                left_out: refused,
+                unsettled: newcomers,
+            };
+            return Ok((session, tree));
+        }
+        drop(session);
+        found = again;
+    }
+    unreachable!("the last pass returns")
+}
+
+/// The processes present at the attach as they are now: their mappings (later ones come as the kernel's
+/// records), command, command line and parent. A given process that cannot be read is an error; a descendant
+/// that exited meanwhile is listed without mappings.
+fn add_attached(session: &mut Session, tree: &Tree, start_ns: u64) -> Result<(), Failure> {
+    for (i, (p, &ppid)) in tree.processes.iter().zip(&tree.parents).enumerate() {
+        let pid = p.pid();
         // Mapped before the attach: what /proc lists now (later mappings come as the kernel's records).
-        let maps = space::read_executable_maps(pid).map_err(|e| {
-            Failure::new(
-                EXIT_FAILURE,
-                format!("cannot read /proc/{pid}/maps: {e} (has the process exited?)"),
-            )
-        })?;
+        let maps = match space::read_executable_maps(pid) {
+            Ok(m) => m,
+            Err(_) if i >= tree.given => Vec::new(),
+            Err(e) => {
+                return Err(Failure::new(
+                    EXIT_FAILURE,
+                    format!("cannot read /proc/{pid}/maps: {e} (has the process exited?)"),
+                ));
+            }
+        };
         let comm = procs::comm(pid).unwrap_or_else(|| format!("pid {pid}"));
-        let ppid = parent_pid(pid).unwrap_or(0);
+        let ppid = if ppid == 0 {
+            procs::parent_pid(pid).unwrap_or(0)
+        } else {
+            ppid
+        };
         session
             .tracker
             .add_process(pid, ppid, &comm, &maps, start_ns);
@@ -112,7 +248,8 @@ fn add_attached(session: &mut Session, pids: &[u32], start_ns: u64) -> Result<()
     Ok(())
 }
 
-/// Read rounds until `--duration`, Ctrl-C, or the attached processes' exit; returns why the run ended.
+/// Read rounds until `--duration`, Ctrl-C, or the exit of the attached processes and of those followed from
+/// them; returns why the run ended.
 fn wait_attached(
     session: &mut Session,
     processes: &[Process],
@@ -131,7 +268,17 @@ fn wait_attached(
         if launch::pending_signal(sigfd).is_some() {
             return Ok("interrupted");
         }
-        if processes.iter().all(Process::has_exited) {
+        // The given processes and the processes followed from them (those found at the attach, and those they
+        // started since) have all exited.
+        if processes.iter().all(Process::has_exited)
+            && (session.targets_exited()
+                || session
+                    .tracker
+                    .processes
+                    .list
+                    .iter()
+                    .all(|p| p.exit_ns.is_some()))
+        {
             return Ok("process-exited");
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -149,12 +296,6 @@ fn join(pids: &[u32]) -> String {
         .map(u32::to_string)
         .collect::<Vec<_>>()
         .join(",")
-}
-
-/// The parent of a running process (`/proc/PID/stat`, field 4).
-fn parent_pid(pid: u32) -> Option<u32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
 }
 
 /// The CPU time the attached processes used during the attach (those still readable at its end).

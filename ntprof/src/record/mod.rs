@@ -148,6 +148,9 @@ fn finish_report(
     );
     run.symbolize_ms = spent.as_secs_f64() * 1000.0;
     let t = &session.tracker;
+    if let Some(w) = &session.off_cpu {
+        run.notes.extend(crate::offcpu::report::notes(w));
+    }
     run.call_graph = t.call_graph.map(|g| match g {
         CallGraph::Fp => "fp".to_string(),
         CallGraph::Dwarf(size) => format!("dwarf,{size}"),
@@ -169,12 +172,20 @@ fn finish_report(
             ));
         }
     }
+    let off_cpu = session
+        .off_cpu
+        .as_ref()
+        .and_then(|w| crate::offcpu::report::build(t, w, &processes));
+    run.jit = t.jit.reports.clone();
+    run.notes
+        .extend(crate::tree::jitdump::JitState::notes(&run.jit));
     Report {
         schema_version: SCHEMA_VERSION,
         tool: format!("ntprof {}", env!("CARGO_PKG_VERSION")),
         run,
         processes,
         sources,
+        off_cpu,
     }
 }
 

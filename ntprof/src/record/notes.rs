@@ -50,6 +50,16 @@ pub fn user_notes(session: &Session, jitter: u32, roots: usize) -> Vec<String> {
     notes
 }
 
+/// The descendants an attach found running and did not profile.
+pub struct LeftOut {
+    /// How many.
+    pub running: usize,
+    /// They were left out because of `--no-inherit`.
+    pub no_inherit: bool,
+    /// The CPU seconds they used during the attach (user and system), when it could be read.
+    pub cpu_s: Option<f64>,
+}
+
 /// Why a run has no or few samples, when it has: each reason the run's figures show.
 /// `cpu`: user and system CPU seconds of what was profiled, when known; `record`: the command was started (not
 /// attached to).
@@ -58,6 +68,27 @@ pub fn explanations(
     duration_s: f64,
     cpu: Option<(f64, f64)>,
     record: bool,
+) -> Vec<String> {
+    explain(session, duration_s, cpu, record, None)
+}
+
+/// [`explanations`] of an attach, which may have left out running descendants: then the profile never says
+/// the process slept while they were busy, and names the option that left them out.
+pub fn attach_explanations(
+    session: &Session,
+    duration_s: f64,
+    cpu: Option<(f64, f64)>,
+    left_out: &LeftOut,
+) -> Vec<String> {
+    explain(session, duration_s, cpu, false, Some(left_out))
+}
+
+fn explain(
+    session: &Session,
+    duration_s: f64,
+    cpu: Option<(f64, f64)>,
+    record: bool,
+    left_out: Option<&LeftOut>,
 ) -> Vec<String> {
     let t = &session.tracker;
     let mut out = Vec::new();
@@ -73,6 +104,24 @@ pub fn explanations(
             out.push(format!(
                 "{what} started {not_followed} process(es) that were not profiled (--no-inherit); without \
                  --no-inherit ntprof profiles every process it starts"
+            ));
+        }
+        if let Some(l) = left_out.filter(|l| l.running > 0) {
+            let used = l.cpu_s.map_or(String::new(), |c| {
+                format!(" and used {:.1} ms of CPU time during it", c * 1e3)
+            });
+            let (why, fix) = if l.no_inherit {
+                (
+                    "--no-inherit",
+                    "without --no-inherit ntprof attach profiles the descendants running at the attach too",
+                )
+            } else {
+                ("not allowed", "run ntprof as their owner, or as root")
+            };
+            out.push(format!(
+                "{} descendant(s) of the process were running at the attach{used}; they were not profiled \
+                 ({why}): {fix}",
+                l.running
             ));
         }
         if info.source.interval_unit() != ntprofile::IntervalUnit::Time100ns {
@@ -93,10 +142,20 @@ pub fn explanations(
         }
         if let Some((user, system)) = cpu {
             let used = user + system;
-            if used < 0.25 * duration_s {
+            // Descendants left out that worked more than the process (or whose CPU time is unknown): the
+            // process did not sleep, its work was done where the profile did not look.
+            let busy_left_out = left_out
+                .filter(|l| l.running > 0)
+                .is_some_and(|l| l.cpu_s.is_none_or(|c| c > used.max(interval_s)));
+            if used < 0.25 * duration_s && !busy_left_out {
+                let off_cpu = if session.off_cpu.is_some() {
+                    "; the Off-CPU section shows where it waited"
+                } else {
+                    "; 'ntprof record --off-cpu' (or 'attach --off-cpu') shows where it waited, by call stack"
+                };
                 out.push(format!(
                     "{what} used {:.1} ms of CPU time in {:.1} ms: it slept or waited most of the time, and \
-                     samples are taken of CPU time only",
+                     samples are taken of CPU time only{off_cpu}",
                     used * 1e3,
                     duration_s * 1e3
                 ));

@@ -2,25 +2,34 @@
 //! `--no-inherit`), read in rounds; each round's records are put in time order and applied to the model of the
 //! run ([`Tracker`]).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use ntprofile::{ProfileSource, Sampler, sampler_clock_ns};
+use ntprofile::{ProfileSource, SampleRecord, Sampler, sampler_clock_ns};
 
 use super::{EXIT_USAGE, Failure, explain};
 use crate::args::{CallGraph, ProfileArgs};
 use crate::collect::SourceInfo;
+use crate::offcpu::OffCpu;
 use crate::progress::SourceProgress;
 use crate::tree::order::Order;
 use crate::tree::{Filter, Tracker};
 
 /// How long one round waits for data: the latency of noticing the command's exit and of progress.
 pub const ROUND: Duration = Duration::from_millis(100);
+/// How long a round waits at most while the tree is changing (a fork or an exec was read within [`BUSY_FOR`]):
+/// an exec record is read this soon after the exec, so that the new program's command line is read from
+/// `/proc` while it still runs (a compiler pass of a small file lives a few tens of milliseconds).
+const FAST_ROUND: Duration = Duration::from_millis(2);
+/// How long rounds stay fast after the last fork or exec read.
+const BUSY_FOR: Duration = Duration::from_secs(3);
 
 /// Who is sampled.
 #[derive(Clone, Copy)]
 pub enum Targets<'a> {
     /// These processes (and, following, their children).
     Pids(&'a [u32]),
+    /// These opened processes (and, following, their children).
+    Processes(&'a [ntprofile::Process]),
     /// Every process (the kernel profile).
     Global,
 }
@@ -33,6 +42,10 @@ pub struct Session {
     /// The model of the run.
     pub tracker: Tracker,
     order: Order,
+    /// The off-CPU watcher (`--off-cpu`).
+    pub off_cpu: Option<OffCpu>,
+    /// Rounds are fast ([`FAST_ROUND`]) until then: a fork or an exec was read shortly before.
+    busy_until: Option<Instant>,
 }
 
 /// Check the options that concern sources and processors; returns the distinct sources in order.
@@ -100,12 +113,13 @@ impl Session {
         read_unknown: bool,
     ) -> Result<Session, Failure> {
         let sources = check_sources(opts)?;
-        let tracker = tracker_for(opts, sources.len(), read_unknown);
+        let mut tracker = tracker_for(opts, sources.len(), read_unknown);
         let follow = !opts.no_inherit;
         let mut samplers = Vec::new();
         let mut infos = Vec::new();
         let first_pid = match targets {
             Targets::Pids(p) => p.first().copied(),
+            Targets::Processes(p) => p.first().map(ntprofile::Process::pid),
             Targets::Global => None,
         };
         for (i, &source) in sources.iter().enumerate() {
@@ -118,6 +132,7 @@ impl Session {
                 .inherit(follow && !matches!(targets, Targets::Global));
             b = match targets {
                 Targets::Pids(pids) => pids.iter().fold(b, |b, &pid| b.pid(pid)),
+                Targets::Processes(procs) => procs.iter().fold(b, |b, p| b.process(p)),
                 Targets::Global => b.global(),
             };
             if let Some(interval) = opts.interval_for(source) {
@@ -148,44 +163,106 @@ impl Session {
             });
             samplers.push(sampler);
         }
+        let off_cpu = match (opts.off_cpu, targets) {
+            (false, _) => None,
+            (true, Targets::Global) => {
+                return Err(Failure::new(
+                    EXIT_USAGE,
+                    "--off-cpu follows processes: give a command or --pid, not a system-wide --kernel profile",
+                ));
+            }
+            (true, Targets::Pids(_) | Targets::Processes(_)) => {
+                let pids: Vec<u32> = match targets {
+                    Targets::Processes(procs) => {
+                        procs.iter().map(ntprofile::Process::pid).collect()
+                    }
+                    Targets::Pids(pids) => pids.to_vec(),
+                    Targets::Global => Vec::new(),
+                };
+                let pids = pids.as_slice();
+                tracker.enable_waits();
+                let cpus = opts.cpus.as_ref().map(|c| c.0.as_slice());
+                Some(
+                    OffCpu::start(pids, follow, opts.call_graph(), cpus)
+                        .map_err(|e| explain("starting the off-CPU recording", &e, first_pid))?,
+                )
+            }
+        };
         Ok(Session {
             samplers,
             infos,
             tracker,
             order: Order::default(),
+            off_cpu,
+            busy_until: None,
         })
     }
 
-    /// Start sampling.
-    pub fn enable(&self) -> Result<(), Failure> {
+    /// Start sampling. The first rounds are fast: a command often starts processes at once.
+    pub fn enable(&mut self) -> Result<(), Failure> {
         for s in &self.samplers {
             s.enable()
                 .map_err(|e| explain("starting the sampler", &e, None))?;
         }
+        self.busy_until = Some(Instant::now() + BUSY_FOR);
         Ok(())
     }
 
     /// One round: wait up to `timeout` for data, read every sampler, apply what is old enough.
     pub fn round(&mut self, timeout: Duration) -> Result<(), Failure> {
+        let timeout = match self.busy_until {
+            Some(until) if Instant::now() < until => timeout.min(FAST_ROUND),
+            _ => timeout,
+        };
         if let Some(first) = self.samplers.first() {
             first
                 .wait(timeout)
                 .map_err(|e| explain("waiting for samples", &e, None))?;
         }
-        let cutoff = sampler_clock_ns();
+        let mut cutoff = sampler_clock_ns();
+        if let Some(w) = &self.off_cpu {
+            // Intervals arrive when they end: wait for the watcher to have handed over those before the cutoff.
+            cutoff = cutoff.min(w.done_until());
+            let order = &mut self.order;
+            w.drain(|i| order.push_interval(&i));
+        }
         self.read_all()?;
         let tracker = &mut self.tracker;
         self.order.drain(cutoff, |time, event, names| {
             tracker.apply(time, event, names)
         });
+        tracker.read_wanted_lines();
         Ok(())
     }
 
+    /// Read every sampler once. An exec record has its process's command line read at once (see
+    /// [`Tracker::exec_read`]); a fork or an exec makes the next rounds fast.
     fn read_all(&mut self) -> Result<(), Failure> {
         let order = &mut self.order;
+        let tracker = &mut self.tracker;
+        let mut changed = false;
         for (i, s) in self.samplers.iter_mut().enumerate() {
-            s.read(|r| order.push(i as u8, r))
-                .map_err(|e| explain("reading the samples", &e, None))?;
+            s.read(|r| {
+                match *r {
+                    SampleRecord::Comm {
+                        pid,
+                        time,
+                        comm,
+                        exec: true,
+                        ..
+                    } => {
+                        tracker.exec_read(pid, time, comm);
+                        changed = true;
+                    }
+                    SampleRecord::Fork { pid, ppid, .. } if pid != ppid => changed = true,
+                    _ => {}
+                }
+                order.push(i as u8, r)
+            })
+            .map_err(|e| explain("reading the samples", &e, None))?;
+        }
+        if changed {
+            self.busy_until = Some(Instant::now() + BUSY_FOR);
         }
         Ok(())
     }
@@ -195,11 +272,18 @@ impl Session {
         for s in &self.samplers {
             let _ = s.disable();
         }
+        if let Some(w) = &mut self.off_cpu {
+            w.stop();
+            let order = &mut self.order;
+            w.drain(|i| order.push_interval(&i));
+        }
         self.read_all()?;
         let tracker = &mut self.tracker;
         self.order.drain(u64::MAX, |time, event, names| {
             tracker.apply(time, event, names)
         });
+        // JIT code named by time, now that the runtimes have written their dump files out.
+        self.tracker.resolve_jit();
         // The library's own account of lost records and throttling, when it saw more than the records said.
         for (s, counts) in self.samplers.iter().zip(&mut self.tracker.sources) {
             let st = s.stats();
@@ -207,6 +291,11 @@ impl Session {
             counts.throttled = counts.throttled.max(st.throttled);
         }
         Ok(())
+    }
+
+    /// True when every target and every process they started has exited (every event hung up).
+    pub fn targets_exited(&self) -> bool {
+        self.samplers.first().is_some_and(Sampler::targets_exited)
     }
 
     /// The counts so far, for the progress line.

@@ -17,7 +17,8 @@ use object::read::elf::SectionHeader;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ReadCache, ReadRef, SymbolKind};
 
 use super::fde::FdeIndex;
-use super::table::{Binding, Symbol, SymbolTable};
+use super::plt;
+use super::table::{Binding, Candidate, Symbol, SymbolTable};
 use super::{DEBUG_ROOT, Mapping, Resolved, demangle, load_bias};
 use crate::report::Frame;
 
@@ -29,14 +30,27 @@ const STB_WEAK: u8 = 2;
 /// The size of an `Elf64_Sym`: name (4), info (1), other (1), section index (2), value (8), size (8).
 const SYM64_SIZE: usize = 24;
 
-/// The function symbols of `.symtab` and `.dynsym`. Each table and its string table are read in one piece
-/// (a per-name read through the cache would cost a system call per symbol) and decoded directly.
-fn text_symbols<'data, R: ReadRef<'data>>(
-    file: &object::File<'data, R>,
-    out: &mut Vec<(Symbol, Binding)>,
-) {
+/// The end address of each section, by section index (`u64::MAX` for an index no section has).
+fn section_ends<'data, R: ReadRef<'data>>(file: &object::File<'data, R>) -> Vec<u64> {
+    let mut ends = Vec::new();
+    for section in file.sections() {
+        let i = section.index().0;
+        if ends.len() <= i {
+            ends.resize(i + 1, u64::MAX);
+        }
+        ends[i] = section.address().saturating_add(section.size());
+    }
+    ends
+}
+
+/// The function symbols of `.symtab` and `.dynsym`, each with the end of its section. Each table and its string
+/// table are read in one piece (a per-name read through the cache would cost a system call per symbol) and
+/// decoded directly.
+fn text_symbols<'data, R: ReadRef<'data>>(file: &object::File<'data, R>, out: &mut Vec<Candidate>) {
+    let ends = section_ends(file);
+    let end_of = |index: usize| ends.get(index).copied().unwrap_or(u64::MAX);
     let object::File::Elf64(elf) = file else {
-        return text_symbols_generic(file, out);
+        return text_symbols_generic(file, &end_of, out);
     };
     let endian = elf.endian();
     let little = file.is_little_endian();
@@ -102,6 +116,7 @@ fn text_symbols<'data, R: ReadRef<'data>>(
                 STB_WEAK => Binding::Weak,
                 _ => Binding::Global,
             };
+            // Special section indexes (absolute symbols, `SHN_XINDEX`) are past every section: no limit.
             out.push((
                 Symbol {
                     address: value,
@@ -109,6 +124,7 @@ fn text_symbols<'data, R: ReadRef<'data>>(
                     name: String::from_utf8_lossy(bytes).into_owned(),
                 },
                 binding,
+                end_of(usize::from(shndx)),
             ));
         }
     }
@@ -117,7 +133,8 @@ fn text_symbols<'data, R: ReadRef<'data>>(
 /// The same through object's symbol iterators, for objects other than 64-bit ELF.
 fn text_symbols_generic<'data, R: ReadRef<'data>>(
     file: &object::File<'data, R>,
-    out: &mut Vec<(Symbol, Binding)>,
+    end_of: &dyn Fn(usize) -> u64,
+    out: &mut Vec<Candidate>,
 ) {
     for s in file.symbols().chain(file.dynamic_symbols()) {
         if s.kind() != SymbolKind::Text || s.address() == 0 || s.is_undefined() {
@@ -136,6 +153,7 @@ fn text_symbols_generic<'data, R: ReadRef<'data>>(
         } else {
             Binding::Local
         };
+        let limit = s.section_index().map_or(u64::MAX, |i| end_of(i.0));
         out.push((
             Symbol {
                 address: s.address(),
@@ -143,6 +161,7 @@ fn text_symbols_generic<'data, R: ReadRef<'data>>(
                 name: name.to_string(),
             },
             binding,
+            limit,
         ));
     }
 }
@@ -238,6 +257,11 @@ impl ElfSymbolizer {
         let build_id = build_id_bytes.as_deref().map(hex);
         let mut symbols = Vec::new();
         text_symbols(&file, &mut symbols);
+        // The PLT stubs, `function@plt`: below any name a symbol table gives the same address.
+        symbols.extend(plt::plt_symbols(&file).into_iter().map(|s| {
+            let end = s.address + s.size;
+            (s, Binding::Local, end)
+        }));
         let (mut dwarf_file, mut debug_file) = (None, None);
         if has_dwarf(&file) {
             dwarf_file = Some(path.to_path_buf());
@@ -278,7 +302,7 @@ impl ElfSymbolizer {
             path: path.to_path_buf(),
             segments,
             build_id,
-            symbols: SymbolTable::ranked(symbols),
+            symbols: SymbolTable::ranked_in_sections(symbols),
             dwarf_file,
             debug_file,
             lazy: Mutex::new(Lazy::default()),

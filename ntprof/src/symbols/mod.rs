@@ -35,6 +35,7 @@ use crate::report::Frame;
 pub mod elf;
 pub mod fde;
 pub mod kernel;
+pub mod plt;
 pub mod table;
 
 pub use elf::ElfSymbolizer;
@@ -127,8 +128,11 @@ pub fn load_bias(mapping: &Mapping, segments: impl IntoIterator<Item = (u64, u64
         .map(|(offset, vaddr)| (mapping.start + (offset - mapping.offset)).wrapping_sub(vaddr))
 }
 
-/// Demangle a Rust or C++ symbol name (other names unchanged).
+/// Demangle a Rust or C++ symbol name (other names unchanged); a PLT stub's `@plt` stays after the name.
 pub fn demangle(name: &str) -> String {
+    if let Some(function) = name.strip_suffix(plt::SUFFIX) {
+        return format!("{}{}", demangle(function), plt::SUFFIX);
+    }
     addr2line::demangle_auto(Cow::Borrowed(name), None).into_owned()
 }
 

@@ -1,5 +1,9 @@
 //! A symbol table indexed for lookup: entries sorted by address, one per address, found by binary search.
 //!
+//! A symbol without a size (`_init`, hand-written assembly) names the bytes up to the next symbol, but never past
+//! the end of its own section: the bytes after it belong to something else (`.plt` follows `.init`, whose
+//! unsized `_init` would otherwise name every PLT stub).
+//!
 //! Several symbols often share an address: `malloc`, `__libc_malloc` and (in a debug file) `__GI___libc_malloc`
 //! are one function. The one a user knows is kept: a sized symbol over an unsized one, an exported name over a
 //! local one (a global export first, then a weak one: libc exports `qsort_r` only as weak, and its debug file
@@ -47,15 +51,19 @@ impl Binding {
 #[derive(Debug, Default)]
 pub struct SymbolTable {
     symbols: Vec<Symbol>,
+    /// Per entry: the end of its section, which an unsized entry never reaches past (`u64::MAX`: unknown).
+    limits: Vec<u64>,
 }
+
+/// A candidate entry: the symbol, its binding, and the end of its section (`u64::MAX` when unknown).
+pub type Candidate = (Symbol, Binding, u64);
 
 fn leading_underscores(name: &str) -> usize {
     name.bytes().take_while(|&b| b == b'_').count()
 }
 
 /// `Less` when `a` is the better name for their shared address.
-fn better(a: &(Symbol, Binding), b: &(Symbol, Binding)) -> Ordering {
-    let ((sa, ba), (sb, bb)) = (a, b);
+fn better((sa, ba): (&Symbol, Binding), (sb, bb): (&Symbol, Binding)) -> Ordering {
     (sb.size > 0)
         .cmp(&(sa.size > 0))
         .then(bb.exported_rank().cmp(&ba.exported_rank()))
@@ -66,11 +74,22 @@ fn better(a: &(Symbol, Binding), b: &(Symbol, Binding)) -> Ordering {
 
 impl SymbolTable {
     /// Build from unsorted entries with their bindings: one entry per address, the best name of its aliases.
-    pub fn ranked(mut symbols: Vec<(Symbol, Binding)>) -> SymbolTable {
-        symbols.sort_unstable_by(|a, b| a.0.address.cmp(&b.0.address).then_with(|| better(a, b)));
-        symbols.dedup_by_key(|(s, _)| s.address);
+    pub fn ranked(symbols: Vec<(Symbol, Binding)>) -> SymbolTable {
+        Self::ranked_in_sections(symbols.into_iter().map(|(s, b)| (s, b, u64::MAX)).collect())
+    }
+
+    /// The same for entries that know the end of their section.
+    pub fn ranked_in_sections(mut symbols: Vec<Candidate>) -> SymbolTable {
+        symbols.sort_unstable_by(|a, b| {
+            a.0.address
+                .cmp(&b.0.address)
+                .then_with(|| better((&a.0, a.1), (&b.0, b.1)))
+        });
+        symbols.dedup_by_key(|(s, _, _)| s.address);
+        let limits = symbols.iter().map(|&(_, _, limit)| limit).collect();
         SymbolTable {
-            symbols: symbols.into_iter().map(|(s, _)| s).collect(),
+            symbols: symbols.into_iter().map(|(s, _, _)| s).collect(),
+            limits,
         }
     }
 
@@ -80,7 +99,7 @@ impl SymbolTable {
     }
 
     /// The index of the symbol that contains `addr`: the last one starting at or below it, if its size covers
-    /// `addr` (a symbol without a size extends to the next symbol).
+    /// `addr` (a symbol without a size extends to the next symbol, within its section).
     pub fn lookup_index(&self, addr: u64) -> Option<usize> {
         let i = self.symbols.partition_point(|s| s.address <= addr);
         let idx = i.checked_sub(1)?;
@@ -88,7 +107,8 @@ impl SymbolTable {
         let end = if sym.size > 0 {
             sym.address.saturating_add(sym.size)
         } else {
-            self.symbols.get(i).map_or(u64::MAX, |next| next.address)
+            let next = self.symbols.get(i).map_or(u64::MAX, |next| next.address);
+            next.min(self.limits[idx])
         };
         (addr < end).then_some(idx)
     }
@@ -138,6 +158,25 @@ mod tests {
         );
         assert_eq!(t.lookup(0x320), None);
         assert_eq!(t.lookup(0xff), None);
+    }
+
+    #[test]
+    fn an_unsized_symbol_stops_at_the_end_of_its_section() {
+        // A program's `_init` (unsized, in .init 0x1000..0x1017), then .plt without symbols, then `main`.
+        let t = SymbolTable::ranked_in_sections(vec![
+            (sym(0x1000, 0, "_init"), Binding::Global, 0x1017),
+            (sym(0x1100, 0x40, "main"), Binding::Global, 0x1200),
+            (sym(0x1180, 0, "label"), Binding::Local, u64::MAX),
+        ]);
+        assert_eq!(t.lookup(0x1016).map(|s| s.name.as_str()), Some("_init"));
+        assert_eq!(
+            t.lookup(0x1017),
+            None,
+            "the .plt after .init is not _init's"
+        );
+        assert_eq!(t.lookup(0x1050), None);
+        // Without a known section, up to the next symbol as before.
+        assert_eq!(t.lookup(0x11ff).map(|s| s.name.as_str()), Some("label"));
     }
 
     #[test]

@@ -4,6 +4,8 @@
 //!
 //! A pure function of the [`Report`], so that `ntprof report FILE.json` renders a saved run the same way.
 
+mod names;
+mod offcpu;
 mod processes;
 mod source;
 pub mod stacks;
@@ -61,10 +63,11 @@ pub fn render(report: &Report, top: usize) -> String {
     let mut out = String::new();
     header(&mut out, report);
     processes::render(&mut out, report, top);
-    for s in &report.sources {
+    for s in report.sources.iter().filter(|s| !s.is_off_cpu()) {
         source::render(&mut out, s, top);
         source::render_expected(&mut out, s, &report.run.expected);
     }
+    offcpu::render(&mut out, report, top);
     // Empty bars and text leave trailing blanks.
     let mut trimmed: String = out
         .lines()
@@ -127,7 +130,7 @@ fn header(out: &mut String, report: &Report) {
         let _ = write!(out, "; recording used {:.1} ms of CPU", run.recorder_cpu_ms);
     }
     out.push('\n');
-    for s in &report.sources {
+    for s in report.sources.iter().filter(|s| !s.is_off_cpu()) {
         let st = &s.stats;
         let jitter = if s.jitter_percent > 0 {
             format!(", jitter +-{}%", s.jitter_percent)
@@ -180,6 +183,7 @@ mod tests {
                 executable: Some("/tmp/prog".into()),
                 follow_children: true,
                 explanations: vec!["a reason".into()],
+                jit: Vec::new(),
                 symbolize_ms: 1.5,
                 call_graph: None,
                 recorder_cpu_ms: 12.5,
@@ -266,6 +270,7 @@ mod tests {
                 stacks: vec![],
                 locations: vec![],
             }],
+            off_cpu: None,
         }
     }
 

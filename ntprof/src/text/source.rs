@@ -3,6 +3,7 @@
 
 use std::fmt::Write;
 
+use super::names::display_name;
 use super::{bar, head, pct, tail};
 use crate::report::{Expectation, SourceReport};
 
@@ -125,7 +126,7 @@ fn functions(out: &mut String, s: &SourceReport, top: usize, total: u64, column:
             f.samples,
             pct(f.share),
             column.cell(&f.command),
-            head(&f.name, 36),
+            head(&display_name(&f.name), 36),
             tail(&f.module, 26),
             bar(f.share)
         );
@@ -168,7 +169,7 @@ fn lines(out: &mut String, s: &SourceReport, top: usize, column: Column) {
             pct(l.share),
             column.cell(&l.command),
             tail(&format!("{file}:{}", l.line), 20),
-            head(&l.function, 20),
+            head(&display_name(&l.function), 20),
             tail(&l.module, 26),
             l.text.as_deref().map(str::trim).unwrap_or("")
         );

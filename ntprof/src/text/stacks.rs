@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
+use super::names::display_name;
 use super::{head, pct};
 use crate::report::{Report, SourceReport, StackReport};
 
@@ -63,7 +64,11 @@ fn callers(source: &SourceReport) -> Callers<'_> {
 /// The call-stack sections of every source that has stacks.
 pub fn render(report: &Report, top: usize, call_tree: bool) -> String {
     let mut out = String::new();
-    for source in report.sources.iter().filter(|s| !s.stacks.is_empty()) {
+    for source in report
+        .sources
+        .iter()
+        .filter(|s| !s.stacks.is_empty() && !s.is_off_cpu())
+    {
         called_from(&mut out, source, top);
         if call_tree {
             tree(&mut out, report, source);
@@ -105,7 +110,7 @@ fn called_from(out: &mut String, source: &SourceReport, top: usize) {
         let _ = writeln!(
             out,
             "  {}  self {}  inclusive {}",
-            head(&f.name, 70),
+            head(&display_name(&f.name), 70),
             pct(f.share),
             pct(incl as f64 / total.max(1) as f64)
         );
@@ -119,7 +124,7 @@ fn called_from(out: &mut String, source: &SourceReport, top: usize) {
                 out,
                 "    {:>6}  {}",
                 pct(*n as f64 / incl.max(1) as f64),
-                head(caller, 76)
+                head(&display_name(caller), 76)
             );
         }
         if rows.len() > CALLERS_SHOWN {
@@ -184,7 +189,15 @@ fn print_children(out: &mut String, node: &Node<'_>, total: u64, depth: usize) {
             pct(share),
             pct(child.own as f64 / total as f64),
             "  ".repeat(depth - 1),
-            head(name, 90)
+            // The first level is the commands; the functions under them are shown as the tables show them.
+            head(
+                &if depth > 1 {
+                    display_name(name)
+                } else {
+                    (*name).into()
+                },
+                90
+            )
         );
         print_children(out, child, total, depth + 1);
     }

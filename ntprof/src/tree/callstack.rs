@@ -163,7 +163,8 @@ impl Tracker {
                 .chunks_exact(8)
                 .map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default())),
         );
-        let dwarf = matches!(self.call_graph, Some(CallGraph::Dwarf(_)));
+        // A blocked thread read from /proc brings registers and a stack copy whatever the mode: unwound with CFI.
+        let dwarf = matches!(self.call_graph, Some(CallGraph::Dwarf(_))) || regs.is_some();
         let mut previous_kernel = kernel;
         for (i, &addr) in addrs.iter().enumerate() {
             let in_kernel = is_kernel_address(addr);

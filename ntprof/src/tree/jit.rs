@@ -2,7 +2,10 @@
 //!
 //! `node --perf-basic-prof`, `python3.12 -X perf` and JVM agents write `/tmp/perf-PID.map`, one line per piece of
 //! code: `START SIZE NAME`, START and SIZE in hexadecimal (with or without `0x`). A JIT may reuse memory, so a later
-//! line wins where it overlaps an earlier one. The file is read when the report is built (the process keeps it).
+//! line wins where it overlaps an earlier one; the file has no times, so the samples taken there before the
+//! later code came may be misnamed: the map keeps where lines overlap, for the report to say so. The file is read
+//! when the report is built (the process keeps it). A runtime's jitdump file names code by time
+//! ([`super::jitdump`]).
 
 use std::collections::BTreeMap;
 
@@ -25,6 +28,10 @@ pub struct PerfMap {
     /// start → (end, index into `names`).
     ranges: BTreeMap<u64, (u64, usize)>,
     names: Vec<String>,
+    /// Lines whose code covered code of earlier lines.
+    pub reused: u64,
+    /// The ranges several lines cover (where names may be mixed), sorted and merged.
+    mixed: Vec<(u64, u64)>,
 }
 
 impl PerfMap {
@@ -56,16 +63,38 @@ impl PerfMap {
             let name = name.trim();
             map.insert(start, start.saturating_add(size), name);
         }
+        map.mixed.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(map.mixed.len());
+        for &(s, e) in &map.mixed {
+            match merged.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        map.mixed = merged;
         map
+    }
+
+    /// Lines read (those naming code).
+    pub fn lines(&self) -> u64 {
+        self.names.len() as u64
+    }
+
+    /// Whether several lines cover `addr` (its name may be that of code that came later than the sample).
+    pub fn mixed(&self, addr: u64) -> bool {
+        let i = self.mixed.partition_point(|&(s, _)| s <= addr);
+        i.checked_sub(1).is_some_and(|i| addr < self.mixed[i].1)
     }
 
     /// Add `[start, end)` named `name`, over whatever it overlaps.
     fn insert(&mut self, start: u64, end: u64, name: &str) {
         let index = self.names.len();
         self.names.push(name.to_string());
+        let before = self.mixed.len();
         if let Some((&s, &(e, n))) = self.ranges.range(..start).next_back()
             && e > start
         {
+            self.mixed.push((start, e.min(end)));
             self.ranges.insert(s, (start, n));
             if e > end {
                 self.ranges.insert(end, (e, n));
@@ -73,11 +102,15 @@ impl PerfMap {
         }
         let inside: Vec<u64> = self.ranges.range(start..end).map(|(&s, _)| s).collect();
         for s in inside {
-            if let Some((e, n)) = self.ranges.remove(&s)
-                && e > end
-            {
-                self.ranges.insert(end, (e, n));
+            if let Some((e, n)) = self.ranges.remove(&s) {
+                self.mixed.push((s, e.min(end)));
+                if e > end {
+                    self.ranges.insert(end, (e, n));
+                }
             }
+        }
+        if self.mixed.len() > before {
+            self.reused += 1;
         }
         self.ranges.insert(start, (end, index));
     }
@@ -122,5 +155,9 @@ mod tests {
         assert_eq!(m.lookup(0x3a2b1c45).map(|(n, _)| n), Some("Builtin:Add"));
         assert_eq!(m.lookup(0x3a2b1c60), None);
         assert_eq!(m.len(), 4);
+        // Only where two lines cover the same bytes may a name be mixed.
+        assert_eq!((m.lines(), m.reused), (3, 1));
+        assert!(m.mixed(0x3a2b1c10) && m.mixed(0x3a2b1c17));
+        assert!(!m.mixed(0x3a2b1c0f) && !m.mixed(0x3a2b1c18) && !m.mixed(0x3a2b1c45));
     }
 }

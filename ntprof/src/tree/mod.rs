@@ -8,9 +8,11 @@
 pub mod callstack;
 pub mod hash;
 pub mod jit;
+pub mod jitdump;
 pub mod order;
 pub mod procs;
 pub mod space;
+pub mod wait;
 
 use std::collections::{BTreeSet, HashSet};
 
@@ -116,6 +118,17 @@ pub struct Tracker {
     pub call_graph: Option<crate::args::CallGraph>,
     /// The DWARF unwinders of the processes, and the walks' scratch buffers.
     pub unwinding: callstack::Unwinding,
+    /// The off-CPU time (`--off-cpu`), `None` without.
+    pub waits: Option<wait::Waits>,
+    /// The processes' jitdump files and the samples they are to name.
+    pub jit: jitdump::JitState,
+    /// Command lines read as soon as their exec record was read, before the record is applied (by then a
+    /// short process may be gone, and its arguments with it): by (pid, time of the exec).
+    exec_lines: FastMap<(u32, u64), Vec<String>>,
+    /// Processes whose command line was still empty when their exec was applied (the kernel reports the exec
+    /// before it has set the new program's arguments up): (process, its image then, the program's name). Read
+    /// again each round until found, or the process exits or execs again.
+    lines_wanted: Vec<(u32, u32, Vec<u8>)>,
 }
 
 impl Tracker {
@@ -142,6 +155,34 @@ impl Tracker {
             run_start_ns: 0,
             call_graph: None,
             unwinding: callstack::Unwinding::default(),
+            waits: None,
+            jit: jitdump::JitState::default(),
+            exec_lines: FastMap::default(),
+            lines_wanted: Vec::new(),
+        }
+    }
+
+    /// Read again the command lines that were not set up yet when their exec was applied.
+    pub fn read_wanted_lines(&mut self) {
+        let processes = &mut self.processes;
+        self.lines_wanted.retain(|(p, image, comm)| {
+            let process = &processes.list[*p as usize];
+            if process.exit_ns.is_some() || process.images.last() != Some(image) {
+                return false;
+            }
+            let line = procs::exec_cmdline(process.pid, comm);
+            let found = line.is_some();
+            processes.list[*p as usize].cmdline = line;
+            !found
+        });
+    }
+
+    /// An exec record of process `pid` (to program `comm`, at `time`) was just read: its command line is read
+    /// now, while the process is most likely still running that program, and kept for when the record is
+    /// applied.
+    pub fn exec_read(&mut self, pid: u32, time: u64, comm: &[u8]) {
+        if let Some(line) = procs::exec_cmdline(pid, comm) {
+            self.exec_lines.insert((pid, time), line);
         }
     }
 
@@ -242,6 +283,7 @@ impl Tracker {
             .insert(addr, Map { end, pgoff, module });
         self.unwinding
             .mapped(p, addr, end, pgoff, &self.modules.list[module as usize]);
+        self.jit_mapped(p, pid, &path, time);
     }
 
     /// Apply one record.
@@ -281,17 +323,24 @@ impl Tracker {
                 if pid != tid && !exec {
                     return; // a thread's name
                 }
-                let comm = String::from_utf8_lossy(name_of(names, name)).into_owned();
+                let raw = name_of(names, name);
+                let comm = String::from_utf8_lossy(raw).into_owned();
                 let p = self.process(pid, time);
                 if exec {
                     self.processes.exec(p, &comm);
                     self.unwinding.forget(p);
-                    // The full command line, if the process still runs this image.
-                    if procs::comm(pid).as_deref() == Some(comm.as_str()) {
-                        let line = procs::cmdline(pid);
-                        self.processes.list[p as usize].cmdline =
-                            Some(line).filter(|l| !l.is_empty());
+                    // The full command line: as read when the record was read, else now if the process
+                    // still runs this image.
+                    let line = self
+                        .exec_lines
+                        .remove(&(pid, time))
+                        .or_else(|| procs::exec_cmdline(pid, raw));
+                    self.lines_wanted.retain(|w| w.0 != p);
+                    if line.is_none() {
+                        self.lines_wanted
+                            .push((p, self.processes.image(p), raw.to_vec()));
                     }
+                    self.processes.list[p as usize].cmdline = line;
                 } else {
                     self.processes.rename(p, &comm);
                 }
@@ -320,6 +369,19 @@ impl Tracker {
                 }
             }
             Event::Lost { source, lost } => self.sources[source as usize].lost += lost,
+            Event::OffCpu {
+                pid,
+                tid,
+                start,
+                preempt,
+                wait,
+                chain,
+                regs,
+                stack,
+            } => {
+                let walk = (name_of(names, chain), regs, name_of(names, stack));
+                self.off_cpu(pid, tid, (start, time), preempt, wait, walk);
+            }
             Event::Throttle { source, throttled } => {
                 if throttled {
                     self.sources[source as usize].throttled += 1;
@@ -351,6 +413,7 @@ impl Tracker {
         match stack {
             Some(stack) => {
                 *counts.counts.entry((image, stack)).or_insert(0) += 1;
+                self.jit_sample((source, image, stack), time, ip);
             }
             None => *counts.outside.entry(image).or_insert(0) += 1,
         }

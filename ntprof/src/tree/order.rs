@@ -80,6 +80,25 @@ pub enum Event {
         /// How many.
         lost: u64,
     },
+    /// An off-CPU interval of a thread (`--off-cpu`), at its switch-in.
+    OffCpu {
+        /// Process.
+        pid: u32,
+        /// Thread.
+        tid: u32,
+        /// Its switch-out time.
+        start: u64,
+        /// The thread was preempted.
+        preempt: bool,
+        /// What it waited in.
+        wait: crate::offcpu::Wait,
+        /// The user frames of a frame-pointer chain: a range of the arena (8 bytes each, innermost first).
+        chain: (u32, u32),
+        /// The user registers at its kernel entry.
+        regs: Option<ntprofile::UserRegs>,
+        /// The user stack copy: a range of the arena.
+        stack: (u32, u32),
+    },
     /// The kernel throttled (or unthrottled) source `source`.
     Throttle {
         /// The source.
@@ -187,8 +206,33 @@ impl Order {
             SampleRecord::Throttle { time, throttled } => {
                 (time, Event::Throttle { source, throttled })
             }
+            // Switch records are the off-CPU watcher's: they come here as intervals (`push_interval`).
+            SampleRecord::Switch { .. } => return,
         };
         self.pending.push(Timed { time, event });
+    }
+
+    /// Copy one off-CPU interval, ordered at its end (the thread runs again in the address space it blocked in).
+    pub fn push_interval(&mut self, i: &crate::offcpu::Interval) {
+        let start = self.names.len() as u32;
+        for addr in &i.chain {
+            self.names.extend_from_slice(&addr.to_le_bytes());
+        }
+        let chain = (start, self.names.len() as u32);
+        let stack = self.name(&i.stack);
+        self.pending.push(Timed {
+            time: i.end,
+            event: Event::OffCpu {
+                pid: i.pid,
+                tid: i.tid,
+                start: i.start,
+                preempt: i.preempt,
+                wait: i.wait,
+                chain,
+                regs: i.regs,
+                stack,
+            },
+        });
     }
 
     /// Apply, in time order, every pending record older than `cutoff` (all of them with `u64::MAX`); hold back
@@ -213,7 +257,7 @@ impl Order {
             };
             match &mut t.event {
                 Event::Mmap { name, .. } | Event::Comm { name, .. } => *name = rename(*name),
-                Event::Sample { chain, stack, .. } => {
+                Event::Sample { chain, stack, .. } | Event::OffCpu { chain, stack, .. } => {
                     *chain = rename(*chain);
                     *stack = rename(*stack);
                 }

@@ -19,7 +19,8 @@ pub struct Process {
     pub parent: Option<u32>,
     /// Its images, in order: the last is the current one.
     pub images: Vec<u32>,
-    /// Its command line (`/proc/PID/cmdline`), when it could still be read after its last exec.
+    /// Its command line (`/proc/PID/cmdline`), when it could still be read after its last exec (a forked
+    /// process that has not exec'd has its parent's).
     pub cmdline: Option<Vec<String>>,
     /// When it was created (or first seen), sampler clock, ns.
     pub start_ns: u64,
@@ -79,17 +80,20 @@ impl Processes {
         index
     }
 
-    /// `pid` forked `child` (a new process, not a thread): it starts with a copy of its parent's address space
-    /// and command.
+    /// `pid` forked `child` (a new process, not a thread): it starts with a copy of its parent's address space,
+    /// command and command line (its arguments are its parent's until it execs).
     pub fn fork(&mut self, parent_pid: u32, child: u32, time: u64) -> u32 {
-        let (comm, space) = match self.get(parent_pid) {
+        let (comm, space, cmdline) = match self.get(parent_pid) {
             Some(p) => (
                 self.comm(p).to_string(),
                 self.list[p as usize].space.clone(),
+                self.list[p as usize].cmdline.clone(),
             ),
-            None => (String::new(), Space::default()),
+            None => (String::new(), Space::default(), None),
         };
-        self.add(child, parent_pid, &comm, time, space)
+        let c = self.add(child, parent_pid, &comm, time, space);
+        self.list[c as usize].cmdline = cmdline;
+        c
     }
 
     /// The command of process `p` now.
@@ -163,6 +167,85 @@ pub fn cmdline(pid: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The command line of process `pid` if it still runs the program named `comm` (the name an exec record
+/// gave it): read right when the record is read, before the process can exit and take its arguments along.
+pub fn exec_cmdline(pid: u32, comm: &[u8]) -> Option<Vec<String>> {
+    let line = cmdline(pid);
+    // Checked after the read: a line read before a later exec would be the earlier program's.
+    let now = comm_bytes(pid)?;
+    (now == comm && !line.is_empty()).then_some(line)
+}
+
+fn comm_bytes(pid: u32) -> Option<Vec<u8>> {
+    let mut b = std::fs::read(format!("/proc/{pid}/comm")).ok()?;
+    if b.last() == Some(&b'\n') {
+        b.pop();
+    }
+    Some(b)
+}
+
+/// The parent of a running process (`/proc/PID/stat`, field 4).
+pub fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    parse_ppid(&stat)
+}
+
+/// Field 4 of a `/proc/PID/stat` line: the command (field 2) is in parentheses and may hold spaces and
+/// parentheses, so fields are counted after the last `)`.
+fn parse_ppid(stat: &str) -> Option<u32> {
+    stat.get(stat.rfind(')')? + 2..)?
+        .split(' ')
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Every process running now with its parent, from `/proc/*/stat`: (pid, ppid).
+fn running_with_parents() -> Vec<(u32, u32)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+        Some((pid, parent_pid(pid)?))
+    })
+    .collect()
+}
+
+/// The descendants of `roots` running now (children, their children, ...), parents before children, each with
+/// its parent: (pid, ppid). The roots themselves are not in the list.
+pub fn descendants(roots: &[u32]) -> Vec<(u32, u32)> {
+    descendants_in(&running_with_parents(), roots)
+}
+
+/// The descendants of `roots` in the (pid, ppid) list `all`, breadth first, in pid order among siblings.
+fn descendants_in(all: &[(u32, u32)], roots: &[u32]) -> Vec<(u32, u32)> {
+    let mut children: FastMap<u32, Vec<u32>> = FastMap::default();
+    for &(pid, ppid) in all {
+        children.entry(ppid).or_default().push(pid);
+    }
+    let mut seen: std::collections::HashSet<u32> = roots.iter().copied().collect();
+    let mut out = Vec::new();
+    let mut next = 0;
+    let mut frontier: Vec<u32> = roots.to_vec();
+    loop {
+        for parent in std::mem::take(&mut frontier) {
+            let mut kids = children.get(&parent).cloned().unwrap_or_default();
+            kids.sort_unstable();
+            for kid in kids {
+                if seen.insert(kid) {
+                    out.push((kid, parent));
+                }
+            }
+        }
+        frontier = out[next..].iter().map(|&(pid, _)| pid).collect();
+        next = out.len();
+        if frontier.is_empty() {
+            return out;
+        }
+    }
+}
+
 /// The command name of a process (`/proc/PID/comm`), if it can be read.
 pub fn comm(pid: u32) -> Option<String> {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
@@ -203,5 +286,58 @@ mod tests {
         let again = p.fork(100, 101, 30);
         assert_ne!(again, child);
         assert_eq!(p.get(101), Some(again));
+    }
+
+    #[test]
+    fn a_fork_keeps_its_parents_command_line_until_it_execs() {
+        let mut p = Processes::default();
+        let parent = p.add(200, 1, "python3", 0, Space::default());
+        p.list[parent as usize].cmdline = Some(vec!["python3".into(), "pool.py".into()]);
+        let worker = p.fork(200, 201, 5);
+        assert_eq!(
+            p.list[worker as usize].cmdline,
+            p.list[parent as usize].cmdline
+        );
+        p.exec(worker, "gzip");
+        assert_eq!(p.list[worker as usize].cmdline, None);
+    }
+
+    #[test]
+    fn descendants_come_parents_first_and_skip_other_trees() {
+        // 10 → 11, 12; 12 → 13; 13 → 14; 20 (another tree) → 21; a loop 30 ↔ 31 never reached.
+        let all = [
+            (14, 13),
+            (11, 10),
+            (13, 12),
+            (12, 10),
+            (21, 20),
+            (10, 1),
+            (30, 31),
+            (31, 30),
+        ];
+        assert_eq!(
+            descendants_in(&all, &[10]),
+            [(11, 10), (12, 10), (13, 12), (14, 13)]
+        );
+        assert_eq!(
+            descendants_in(&all, &[12, 20]),
+            [(13, 12), (21, 20), (14, 13)]
+        );
+        assert_eq!(descendants_in(&all, &[14]), []);
+    }
+
+    #[test]
+    fn the_parent_is_read_after_a_command_with_spaces_and_parentheses() {
+        assert_eq!(parse_ppid("42 (a b) c) S 7 42 42 0 -1"), Some(7));
+        assert_eq!(parse_ppid("42 (x"), None);
+        assert_eq!(
+            parent_pid(std::process::id()),
+            Some(std::os::unix::process::parent_id())
+        );
+        assert!(
+            descendants(&[std::os::unix::process::parent_id()])
+                .iter()
+                .any(|&(pid, _)| pid == std::process::id())
+        );
     }
 }

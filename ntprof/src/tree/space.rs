@@ -21,6 +21,14 @@ pub enum ModuleKind {
         /// The process's pid (the perf map file is `/tmp/perf-PID.map`).
         pid: u32,
     },
+    /// JIT code named by time from a process's jitdump file: offsets are placements of its code (see
+    /// [`crate::tree::jitdump`]), made when the run ends.
+    JitDump {
+        /// The process's pid.
+        pid: u32,
+        /// The dump, in the run's list.
+        dump: u32,
+    },
     /// The kernel image or a kernel module (symbols from kallsyms, under this name): runtime addresses.
     Kernel(String),
     /// A raw `--range`: offsets are runtime addresses.

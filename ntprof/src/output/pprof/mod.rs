@@ -167,12 +167,15 @@ pub fn profile(report: &Report) -> Profile {
     let (mappings, mapping_of) = mappings(&mut b, report);
     let width = sample_type.len();
     let mut samples = Vec::new();
-    for (index, source) in report.sources.iter().enumerate() {
+    let mut first = 0;
+    for source in &report.sources {
         let columns = Columns {
-            index,
+            first,
+            single: source.is_off_cpu(),
             width,
             sample_value: source.sample_value,
         };
+        first += if columns.single { 1 } else { 2 };
         if source.stacks.is_empty() {
             bucket_samples(&mut b, source, &mapping_of, columns, &mut samples);
         } else {
@@ -204,11 +207,19 @@ pub fn profile(report: &Report) -> Profile {
     }
 }
 
-/// Two sample types per source: samples/count and the source's own unit.
+/// Two sample types per source: samples/count and the source's own unit; one per off-CPU source, its name in
+/// nanoseconds (`off_cpu`, `preempted`: `pprof -sample_index=off_cpu`).
 fn sample_types(b: &mut Builder, report: &Report) -> Vec<ValueType> {
     let several = report.sources.len() > 1;
     let mut sample_type = Vec::new();
     for source in &report.sources {
+        if source.is_off_cpu() {
+            sample_type.push(ValueType {
+                r#type: b.string(&source.name),
+                unit: b.string("nanoseconds"),
+            });
+            continue;
+        }
         let count_type = if several {
             format!("{}-samples", source.name)
         } else {
@@ -275,7 +286,10 @@ fn mappings<'r>(b: &mut Builder, report: &'r Report) -> (Vec<Mapping>, HashMap<&
 /// Where a source's values go in a sample's value vector.
 #[derive(Clone, Copy)]
 struct Columns {
-    index: usize,
+    /// The source's first column.
+    first: usize,
+    /// One column (an off-CPU source: nanoseconds), else two (samples, value).
+    single: bool,
     width: usize,
     sample_value: u64,
 }
@@ -283,8 +297,10 @@ struct Columns {
 impl Columns {
     fn values(self, samples: u64) -> Vec<i64> {
         let mut value = vec![0_i64; self.width];
-        value[2 * self.index] = int64(samples);
-        value[2 * self.index + 1] = int64(samples.saturating_mul(self.sample_value));
+        value[self.first] = int64(samples);
+        if !self.single {
+            value[self.first + 1] = int64(samples.saturating_mul(self.sample_value));
+        }
         value
     }
 }

@@ -1,0 +1,231 @@
+//! Off-CPU time (`--off-cpu`): every interval a profiled thread spends off CPU, from its switch-out to its next
+//! switch-in (the kernel's switch records: exact times), with the user-space call stack it blocked at and the
+//! system call it waits in, voluntary waits apart from preemptions.
+//!
+//! Two mechanisms, the best one the kernel allows:
+//!
+//! * **switch samples** (CAP_PERFMON, CAP_SYS_ADMIN, or `kernel.perf_event_paranoid` <= 1): the
+//!   `context-switches` software event sampled at every switch, kernel side included, so that the sample carries
+//!   the user registers and stack (or the frame-pointer chain) saved at the thread's kernel entry, and the
+//!   kernel's own chain names the system call (`__x64_sys_NAME`). Nothing is read from the threads.
+//! * **switch records + /proc** (an unprivileged user at paranoid 2, on their own processes): the switch records
+//!   alone, delivered at once (a wake-up per record); at each switch-out the watcher reads the blocked thread's
+//!   system call, stack and instruction pointers (`/proc/PID/task/TID/syscall`) and copies its user stack
+//!   (`process_vm_readv`) through the library's [`ntprofile::BlockedThreadReader`]. A wait that is over before
+//!   the reading (a few tens of microseconds) keeps its exact time but not its stack: it is counted under
+//!   `[wait not read]`.
+//!
+//! The watcher runs on its own thread and hands finished intervals to the session, which applies them in time
+//! order with the other records ([`crate::tree::order`]).
+
+pub mod report;
+pub mod syscalls;
+mod watch;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, channel};
+use std::thread::JoinHandle;
+
+use ntprofile::{NtStatus, ProfileSource, Sampler, UserRegs};
+
+use crate::args::CallGraph;
+use watch::Watch;
+
+/// The stack bytes copied from a blocked thread without `--call-graph dwarf,SIZE`.
+pub const DEFAULT_STACK_BYTES: u32 = 8192;
+
+/// What a thread waited in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// A system call (the architecture's number).
+    Syscall(u64),
+    /// Off CPU outside a system call (preempted in user space, a page fault).
+    NoSyscall,
+    /// In a system call the kernel's call chain does not name.
+    SomeSyscall,
+    /// Not known: the wait was over before it could be read (or no sample came with it).
+    Unread,
+}
+
+/// One off-CPU interval of one thread, with where it waited.
+#[derive(Clone, Debug)]
+pub struct Interval {
+    /// Process.
+    pub pid: u32,
+    /// Thread.
+    pub tid: u32,
+    /// Switch-out time (sampler clock, ns).
+    pub start: u64,
+    /// Switch-in time.
+    pub end: u64,
+    /// The thread was preempted (still runnable): an involuntary switch.
+    pub preempt: bool,
+    /// What it waited in.
+    pub wait: Wait,
+    /// The user frames of the frame-pointer chain (switch samples with `-g`), innermost first.
+    pub chain: Vec<u64>,
+    /// The user registers at the kernel entry (DWARF unwinding), `None` without.
+    pub regs: Option<UserRegs>,
+    /// The user stack copy from `regs.sp`.
+    pub stack: Vec<u8>,
+}
+
+/// Which mechanism ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mechanism {
+    /// `context-switches` samples with the user state at the kernel entry, and switch records.
+    SwitchSamples,
+    /// Switch records, and each blocked thread read from `/proc` and its memory.
+    SwitchRecordsProc,
+}
+
+impl Mechanism {
+    /// Its name in the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mechanism::SwitchSamples => "switch-samples",
+            Mechanism::SwitchRecordsProc => "switch-records+proc",
+        }
+    }
+}
+
+/// What the watcher counted, for the report.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WatchStats {
+    /// Switch-outs seen.
+    pub switches: u64,
+    /// Blocked threads read (`/proc` path).
+    pub reads: u64,
+    /// Readings that found the thread running again (its wait was over).
+    pub missed: u64,
+    /// Intervals whose thread could not be read for another reason (it exited, access was refused).
+    pub refused: u64,
+    /// Records the kernel dropped in the watcher's rings.
+    pub lost: u64,
+    /// Switch records of threads whose switch-out was not seen (the wait started before the run).
+    pub unpaired: u64,
+}
+
+/// The off-CPU watcher of a session.
+pub struct OffCpu {
+    /// The mechanism that runs.
+    pub mechanism: Mechanism,
+    /// Why the better mechanism was not used, when it was not.
+    pub fallback: Option<String>,
+    rx: Receiver<Interval>,
+    stop: Arc<AtomicBool>,
+    /// Every interval that ended before this time (sampler clock) has been sent.
+    done_until: Arc<AtomicU64>,
+    thread: Option<JoinHandle<WatchStats>>,
+    /// The watcher's counts, once stopped.
+    pub stats: WatchStats,
+}
+
+impl OffCpu {
+    /// Open the switch sampler on `pids` (following their children when `follow`) and start watching: the
+    /// switch samples where the kernel allows them, else the switch records with `/proc` readings.
+    pub fn start(
+        pids: &[u32],
+        follow: bool,
+        call_graph: Option<CallGraph>,
+        cpus: Option<&[usize]>,
+    ) -> Result<OffCpu, ntprofile::Error> {
+        let base = || {
+            let mut b = Sampler::builder()
+                .source(ProfileSource::ContextSwitches)
+                .interval(1)
+                .sideband(false)
+                .inherit(follow)
+                .context_switches(true);
+            for &pid in pids {
+                b = b.pid(pid);
+            }
+            if let Some(list) = cpus {
+                b = b.cpus(list.iter().copied());
+            }
+            b
+        };
+        let stack_bytes = match call_graph {
+            Some(CallGraph::Dwarf(bytes)) => bytes,
+            _ => DEFAULT_STACK_BYTES,
+        };
+        // The blocking stacks are unwound with CFI in every mode: a system call's wrapper keeps no frame
+        // pointer, so a frame-pointer walk from it would skip its caller (the function that blocked).
+        let privileged = base()
+            .kernel(true)
+            .callchain(u16::MAX)
+            .user_stack(stack_bytes)
+            .build();
+        let (sampler, mechanism, fallback) = match privileged {
+            Ok(s) => (s, Mechanism::SwitchSamples, None),
+            Err(e) if e.status() == NtStatus::PRIVILEGE_NOT_HELD => {
+                // The switch records alone need no privilege; a record at once, so that a blocked thread is
+                // read while it still waits.
+                let s = base().wakeup_bytes(1).build()?;
+                (s, Mechanism::SwitchRecordsProc, Some(e.to_string()))
+            }
+            Err(e) => return Err(e),
+        };
+        sampler.enable()?;
+        let stack_bytes = stack_bytes as usize;
+        let (tx, rx) = channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let done_until = Arc::new(AtomicU64::new(0));
+        let watch = Watch::new(
+            sampler,
+            mechanism,
+            stack_bytes,
+            tx,
+            Arc::clone(&stop),
+            Arc::clone(&done_until),
+        );
+        let thread = std::thread::Builder::new()
+            .name("ntprof-offcpu".into())
+            .spawn(move || watch.run())
+            .map_err(|e| {
+                ntprofile::Error::new(
+                    NtStatus::INSUFFICIENT_RESOURCES,
+                    format!("starting the off-CPU watcher thread: {e}"),
+                )
+            })?;
+        Ok(OffCpu {
+            mechanism,
+            fallback,
+            rx,
+            stop,
+            done_until,
+            thread: Some(thread),
+            stats: WatchStats::default(),
+        })
+    }
+
+    /// The time before which every interval that ended has been handed over.
+    pub fn done_until(&self) -> u64 {
+        // Acquire: pairs with the watcher's Release store, made after it sent the intervals it covers.
+        self.done_until.load(Ordering::Acquire)
+    }
+
+    /// The intervals handed over so far.
+    pub fn drain(&self, mut f: impl FnMut(Interval)) {
+        while let Ok(i) = self.rx.try_recv() {
+            f(i);
+        }
+    }
+
+    /// Stop watching: the watcher reads what is left, hands over the intervals that ended, and stops (threads
+    /// still off CPU now are in a wait the run does not see the end of: not counted).
+    pub fn stop(&mut self) {
+        // Relaxed: a flag polled by the watcher; nothing else is published through it.
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            self.stats = t.join().unwrap_or_default();
+        }
+    }
+}
+
+impl Drop for OffCpu {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

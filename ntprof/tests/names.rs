@@ -1,0 +1,507 @@
+//! Names as a user reads them, end to end:
+//!
+//! - PLT stubs: a program whose hot code is calls through its PLT (`tests/names/plt_main.c` calling the tiny
+//!   functions of `plt_lib.c`), linked four ways so that its stubs are in `.plt` (lazy binding), `.plt.got` (a
+//!   function whose address is also taken, `-z now`), `.plt.sec` (indirect branch tracking, `-fcf-protection
+//!   -z ibtplt`) and both of the last two, each also stripped: every stub's samples are reported as
+//!   `function@plt` at the address objdump gives that stub, never as `_init` or `module+0x…`, in the flat table
+//!   and in stacks (frame pointers and DWARF).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::Value;
+
+mod common;
+use common::{gcc, run_bounded, u};
+
+const NTPROF: &str = env!("CARGO_BIN_EXE_ntprof");
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn dir() -> &'static Path {
+    static D: OnceLock<PathBuf> = OnceLock::new();
+    D.get_or_init(|| common::build_dir("names"))
+}
+
+fn src(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/names")
+        .join(name)
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The PLT program's link variants: (name, extra gcc flags).
+const PLT_VARIANTS: [(&str, &[&str]); 4] = [
+    ("plt_lazy", &[]),
+    ("plt_got", &["-DTAKE_ADDRESS", "-Wl,-z,now"]),
+    ("plt_ibt", &["-fcf-protection", "-Wl,-z,ibtplt"]),
+    (
+        "plt_ibt_got",
+        &["-fcf-protection", "-Wl,-z,ibtplt", "-DTAKE_ADDRESS"],
+    ),
+];
+
+/// A stub as objdump names it: its section and file virtual address.
+#[derive(Clone, Debug)]
+struct Stub {
+    section: String,
+    address: u64,
+}
+
+/// The `name@plt` labels of `objdump -d program`, with their sections.
+fn objdump_stubs(program: &Path) -> HashMap<String, Stub> {
+    let out = Command::new("objdump")
+        .arg("-d")
+        .arg(program)
+        .output()
+        .expect("run objdump");
+    assert!(out.status.success(), "objdump -d {}", program.display());
+    let mut section = String::new();
+    let mut stubs = HashMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        if let Some(s) = line.strip_prefix("Disassembly of section ") {
+            section = s.trim_end_matches(':').to_string();
+        } else if let Some((addr, label)) = line.split_once(" <")
+            && let Some(name) = label.strip_suffix(">:")
+            && name.ends_with("@plt")
+        {
+            let address = u64::from_str_radix(addr, 16).unwrap();
+            stubs.insert(
+                name.to_string(),
+                Stub {
+                    section: section.clone(),
+                    address,
+                },
+            );
+        }
+    }
+    stubs
+}
+
+/// A built PLT program: its path, its stripped copy's path, and objdump's stubs.
+type PltProgram = (PathBuf, PathBuf, HashMap<String, Stub>);
+
+/// The built PLT programs, one per variant.
+fn plt_programs() -> &'static Vec<PltProgram> {
+    static P: OnceLock<Vec<PltProgram>> = OnceLock::new();
+    P.get_or_init(|| {
+        let d = dir().to_str().unwrap();
+        gcc(
+            &[
+                "-O2",
+                "-g",
+                "-fPIC",
+                "-shared",
+                "-o",
+                &format!("{d}/libplt.so"),
+                &src("plt_lib.c"),
+            ],
+            dir(),
+        );
+        PLT_VARIANTS
+            .iter()
+            .map(|(name, flags)| {
+                let out = format!("{d}/{name}");
+                let main = src("plt_main.c");
+                let mut args = vec!["-O2", "-g", "-fno-omit-frame-pointer"];
+                args.extend_from_slice(flags);
+                args.extend_from_slice(&[
+                    "-o",
+                    &out,
+                    &main,
+                    "-L",
+                    d,
+                    "-lplt",
+                    "-Wl,-rpath,$ORIGIN",
+                ]);
+                gcc(&args, dir());
+                let stripped = format!("{d}/{name}_stripped");
+                std::fs::copy(&out, &stripped).unwrap();
+                let st = Command::new("strip")
+                    .args(["--strip-all", &stripped])
+                    .status()
+                    .expect("run strip");
+                assert!(st.success());
+                let stubs = objdump_stubs(Path::new(&out));
+                (PathBuf::from(out), PathBuf::from(stripped), stubs)
+            })
+            .collect()
+    })
+}
+
+/// `ntprof record -q --format json -i 2000 OPTIONS -- PROGRAM ARGS`: its JSON report.
+fn record_json(options: &[&str], program: &Path, args: &[&str]) -> Value {
+    let mut cmd = Command::new(NTPROF);
+    cmd.args(["record", "-q", "--format", "json", "-i", "2000"])
+        .args(options)
+        .arg("--")
+        .arg(program)
+        .args(args);
+    let out = run_bounded(cmd, LIMIT);
+    assert!(
+        out.status.success(),
+        "ntprof: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn module_bias(source: &Value, module: &str) -> u64 {
+    let m = source["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == module)
+        .unwrap_or_else(|| panic!("no module {module}"));
+    u(&m["bias"])
+}
+
+/// The size of a stub: 8 bytes in the `.plt.got` of a program built without indirect branch tracking, else 16.
+fn stub_size(module: &str, stub: &Stub) -> u64 {
+    if stub.section == ".plt.got" && !module.contains("ibt") {
+        8
+    } else {
+        16
+    }
+}
+
+/// An address `at` of `module` named `name`: inside a stub, the name is the stub's.
+fn check_inside_stub(module: &str, stubs: &HashMap<String, Stub>, at: u64, name: &str) {
+    for (stub_name, stub) in stubs {
+        if (stub.address..stub.address + stub_size(module, stub)).contains(&at) {
+            assert_eq!(name, stub_name, "{module}: the location at {at:#x}");
+        }
+    }
+}
+
+/// The stubs of one run's program: every function of the program's module whose address is a stub's (by objdump)
+/// has that stub's name; `_init` and `module+0x…` never name a stub; the two hot stubs are there, the one called
+/// three times as often the hotter. Returns `(plt_three@plt, plt_one@plt)` samples.
+fn check_stubs(r: &Value, module: &str, stubs: &HashMap<String, Stub>) -> (u64, u64) {
+    let s = &r["sources"][0];
+    let bias = module_bias(s, module);
+    let by_address: HashMap<u64, &str> = stubs
+        .iter()
+        .map(|(name, stub)| (stub.address, name.as_str()))
+        .collect();
+    let mut samples = HashMap::new();
+    for f in s["functions"].as_array().unwrap() {
+        if f["module"] != module {
+            continue;
+        }
+        let name = f["name"].as_str().unwrap();
+        let at = u(&f["address"]).wrapping_sub(bias);
+        assert_ne!(name, "_init", "{module}: {f}");
+        if let Some(stub) = by_address.get(&at) {
+            assert_eq!(name, *stub, "{module}: the function at {at:#x}");
+        }
+        if name.ends_with("@plt") {
+            let stub = &stubs[name];
+            assert_eq!(at, stub.address, "{module}: {name}");
+            *samples.entry(name.to_string()).or_insert(0) += u(&f["samples"]);
+        }
+    }
+    // No bucket inside a stub is named otherwise.
+    for b in s["buckets"].as_array().unwrap() {
+        if b["module"] == module {
+            let at = u(&b["address"]).wrapping_sub(bias);
+            let frames = b["frames"].as_array().unwrap();
+            let name = frames
+                .last()
+                .map_or("", |f| f["function"].as_str().unwrap());
+            check_inside_stub(module, stubs, at, name);
+        }
+    }
+    let three = samples.get("plt_three@plt").copied().unwrap_or(0);
+    let one = samples.get("plt_one@plt").copied().unwrap_or(0);
+    let counted = u(&s["stats"]["counted"]);
+    eprintln!("{module}: plt_three@plt {three}, plt_one@plt {one} of {counted}");
+    assert!(
+        three * 50 >= counted,
+        "{module}: plt_three@plt has {three} of {counted} samples: {}",
+        s["functions"]
+    );
+    assert!(
+        one > 0 && three > one,
+        "{module}: plt_three@plt {three}, plt_one@plt {one}"
+    );
+    (three, one)
+}
+
+#[test]
+fn plt_stubs_are_named_function_at_plt_in_every_layout_and_when_stripped() {
+    let expected_sections = [
+        (".plt", ".plt"),
+        (".plt", ".plt.got"),
+        (".plt.sec", ".plt.sec"),
+        (".plt.sec", ".plt.got"),
+    ];
+    for ((program, stripped, stubs), (three_in, one_in)) in
+        plt_programs().iter().zip(expected_sections)
+    {
+        // The build gave the layout this variant stands for.
+        assert_eq!(
+            stubs["plt_three@plt"].section,
+            three_in,
+            "{}",
+            program.display()
+        );
+        assert_eq!(
+            stubs["plt_one@plt"].section,
+            one_in,
+            "{}",
+            program.display()
+        );
+        for p in [program, stripped] {
+            let r = record_json(&[], p, &["0.5"]);
+            let module = p.file_name().unwrap().to_str().unwrap();
+            check_stubs(&r, module, stubs);
+        }
+    }
+}
+
+/// The stacks of a run: the names of the frames of each stack whose sampled location is in `module`.
+fn stacks(r: &Value, module: &str) -> Vec<(Vec<String>, u64)> {
+    let s = &r["sources"][0];
+    let locations = s["locations"].as_array().unwrap();
+    s["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|st| {
+            let first = st["frames"][0].as_u64().unwrap() as usize;
+            locations[first]["module"] == module
+        })
+        .map(|st| {
+            let names = st["frames"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| {
+                    locations[i.as_u64().unwrap() as usize]["function"]
+                        .as_str()
+                        .unwrap()
+                        .to_string()
+                })
+                .collect();
+            (names, u(&st["samples"]))
+        })
+        .collect()
+}
+
+#[test]
+fn plt_stubs_are_named_in_stacks_from_frame_pointers_and_dwarf() {
+    let (program, stripped, stubs) = &plt_programs()[2];
+    for (options, p) in [
+        (&["-g"][..], program),
+        (&["--call-graph", "dwarf"][..], program),
+        (&["--call-graph", "dwarf"][..], stripped),
+    ] {
+        let r = record_json(options, p, &["0.5"]);
+        let module = p.file_name().unwrap().to_str().unwrap();
+        check_stubs(&r, module, stubs);
+        // Every location of the stacks inside a stub is named by it.
+        for l in r["sources"][0]["locations"].as_array().unwrap() {
+            if l["module"] == module {
+                check_inside_stub(
+                    module,
+                    stubs,
+                    u(&l["offset"]),
+                    l["function"].as_str().unwrap(),
+                );
+                assert_ne!(l["function"], "_init");
+            }
+        }
+        let all = stacks(&r, module);
+        let in_stub: u64 = all
+            .iter()
+            .filter(|(f, _)| f[0] == "plt_three@plt")
+            .map(|(_, n)| n)
+            .sum();
+        assert!(
+            in_stub > 0,
+            "{options:?} {module}: no stack in plt_three@plt: {all:?}"
+        );
+        if options[0] == "--call-graph" && p == program {
+            // DWARF unwinds the stub (the linker's CFI for the PLT) to the loop that calls it.
+            let from_main: u64 = all
+                .iter()
+                .filter(|(f, _)| {
+                    f[0] == "plt_three@plt" && f.get(1).map(String::as_str) == Some("main")
+                })
+                .map(|(_, n)| n)
+                .sum();
+            assert!(
+                from_main * 10 >= in_stub * 9,
+                "{options:?}: {from_main} of {in_stub} stacks in the stub go on to main: {all:?}"
+            );
+        }
+        eprintln!("{options:?} {module}: {in_stub} stacks in plt_three@plt");
+    }
+}
+
+/// `ntprof record -q OPTIONS --json BASE.json --flamegraph BASE.svg -- PROGRAM ARGS`, then the text report of that
+/// JSON with its call tree: (JSON, text, SVG path).
+fn record_with_text(
+    tag: &str,
+    options: &[&str],
+    program: &Path,
+    args: &[&str],
+) -> (Value, String, PathBuf) {
+    let base = dir().join(tag);
+    let (json, svg) = (base.with_extension("json"), base.with_extension("svg"));
+    let mut cmd = Command::new(NTPROF);
+    cmd.args(["record", "-q", "-i", "2000"])
+        .args(options)
+        .arg("--json")
+        .arg(&json)
+        .arg("--flamegraph")
+        .arg(&svg)
+        .arg("--")
+        .arg(program)
+        .args(args);
+    let out = run_bounded(cmd, LIMIT);
+    assert!(
+        out.status.success(),
+        "ntprof: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = run_bounded(
+        Command::new(NTPROF)
+            .args(["report", "--call-tree"])
+            .arg(&json),
+        LIMIT,
+    );
+    assert!(
+        text.status.success(),
+        "{}",
+        String::from_utf8_lossy(&text.stderr)
+    );
+    (
+        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap(),
+        String::from_utf8(text.stdout).unwrap(),
+        svg,
+    )
+}
+
+/// The C++ program of the stack tests (templates, a class, an inlined `std::sort` with a lambda).
+fn cpp_program() -> PathBuf {
+    let out = dir().join("names_cpp");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/stacks/stacks_cpp.cpp");
+    let built = Command::new("g++")
+        .args(["-O2", "-g", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .output()
+        .expect("run g++");
+    assert!(
+        built.status.success(),
+        "g++: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    out
+}
+
+#[test]
+fn cpp_names_in_the_text_tables_lose_parameters_and_return_types_json_keeps_them() {
+    let program = cpp_program();
+    let (json, text, svg) = record_with_text("cpp", &["--call-graph", "dwarf"], &program, &["1"]);
+    let s = &json["sources"][0];
+    // JSON: the full demangled names.
+    let full_add =
+        "Accumulator<double>::add(std::vector<double, std::allocator<double> > const&, int)";
+    assert!(
+        s["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["name"] == full_add),
+        "{}",
+        s["functions"]
+    );
+    assert!(
+        s["locations"].as_array().unwrap().iter().any(|l| l["function"]
+            == "double run_kernel<Accumulator<double>, double>(Accumulator<double>&, std::vector<double, std::allocator<double> > const&, int)"),
+        "the caller's full name in the JSON locations"
+    );
+    // Text: the functions table, the callers and the call tree without parameter lists and return types.
+    let table: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.contains("Function") || !l.contains("Module"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .collect();
+    assert!(
+        table
+            .iter()
+            .any(|l| l.contains("  Accumulator<double>::add  ")),
+        "{text}"
+    );
+    for l in &table {
+        assert!(
+            !l.contains('(') || l.contains("[clone"),
+            "a parameter list in the table: {l}\n{text}"
+        );
+    }
+    let called_from = &text[text.find("Called from").expect(&text)..];
+    assert!(
+        called_from.contains("Accumulator<double>::add  self"),
+        "{called_from}"
+    );
+    assert!(
+        called_from.contains("  run_kernel<Accumulator<double>, double>\n"),
+        "the caller without its return type and parameters: {called_from}"
+    );
+    let tree = &text[text.find("Call tree").expect(&text)..];
+    for name in [
+        "main\n",
+        "Engine::step\n",
+        "run_kernel<Accumulator<float>, float>\n",
+        "Engine::reorder\n",
+    ] {
+        assert!(tree.contains(&format!("  {name}")), "{name}: {tree}");
+    }
+    assert!(
+        !tree.contains("(int)") && !tree.contains("const&"),
+        "{tree}"
+    );
+    println!("{text}");
+    // The flame graph keeps the full names, and its root frame says what was profiled.
+    let svg_text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        svg_text.contains(&xml(full_add)),
+        "full names in the flame graph"
+    );
+    let label = format!("all: {} 1 [Timer]", program.display());
+    assert!(
+        svg_text.contains(&format!(">{}</text>", xml(&label))),
+        "the root frame's box says {label}"
+    );
+    assert!(!svg_text.contains("<title>all ("), "no bare 'all' root");
+    if let Some(rsvg) = common::tool(
+        "rsvg-convert",
+        common::on_path("rsvg-convert"),
+        "apt-get install librsvg2-bin",
+    ) {
+        let png = svg.with_extension("png");
+        let out = run_bounded(Command::new(rsvg).arg("-o").arg(&png).arg(&svg), LIMIT);
+        assert!(
+            out.status.success(),
+            "rsvg-convert: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!("flame graph PNG: {}", png.display());
+    }
+}
+
+/// `s` escaped as the SVG escapes text.
+fn xml(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}

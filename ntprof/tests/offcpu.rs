@@ -1,0 +1,378 @@
+//! `--off-cpu`: a designed program (`tests/c/waits.c`: CPU, a sleep, a blocking pipe read and a mutex wait of
+//! PHASE ms each, in distinct functions) recorded with and without frame pointers, under `-g` and
+//! `--call-graph dwarf`, as root (switch samples) and as an unprivileged user (switch records and /proc): the
+//! off-CPU time under each function is its design within 10 %, the CPU phase has none, the wait kinds are the
+//! system calls, and pprof reads the `off_cpu` sample type.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+mod common;
+use common::run_bounded;
+
+use serde_json::Value;
+
+const NTPROF: &str = env!("CARGO_BIN_EXE_ntprof");
+const LIMIT: Duration = Duration::from_secs(120);
+/// Milliseconds of each phase.
+const PHASE_MS: u64 = 300;
+
+fn dir() -> &'static Path {
+    static D: OnceLock<PathBuf> = OnceLock::new();
+    D.get_or_init(|| common::build_dir("offcpu"))
+}
+
+/// The designed program, with frame pointers or without.
+fn waits(frame_pointers: bool) -> PathBuf {
+    static FP: OnceLock<PathBuf> = OnceLock::new();
+    static NOFP: OnceLock<PathBuf> = OnceLock::new();
+    let (cell, name, flag) = if frame_pointers {
+        (&FP, "waits_fp", "-fno-omit-frame-pointer")
+    } else {
+        (&NOFP, "waits_nofp", "-fomit-frame-pointer")
+    };
+    cell.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/waits.c");
+        // -fno-ipa-icf: the two sleeping functions must stay two.
+        common::gcc(
+            &[
+                "-O2",
+                "-g",
+                flag,
+                "-fno-ipa-icf",
+                "-pthread",
+                "-o",
+                name,
+                src.to_str().unwrap(),
+            ],
+            dir(),
+        );
+        dir().join(name)
+    })
+    .clone()
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// `ntprof ARGS` (as nobody with `unprivileged` when we are root): its JSON report on standard output.
+fn record(args: &[&str], unprivileged: bool) -> Value {
+    let mut cmd = if unprivileged && is_root() {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            NTPROF,
+        ]);
+        c
+    } else {
+        Command::new(NTPROF)
+    };
+    let out = run_bounded(cmd.args(args), LIMIT);
+    assert!(
+        out.status.success(),
+        "ntprof {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("a JSON report")
+}
+
+/// The source named `name` of a report.
+fn source<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no source {name}"))
+}
+
+/// Nanoseconds of `source`'s stacks that have `function` on them (inclusive).
+fn inclusive_ns(source: &Value, function: &str) -> u64 {
+    let locations = source["locations"].as_array().unwrap();
+    source["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| {
+            s["frames"].as_array().unwrap().iter().any(|l| {
+                let loc = &locations[l.as_u64().unwrap() as usize];
+                loc["function"] == function
+                    || loc["frames"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|f| f["function"] == function)
+            })
+        })
+        .map(|s| common::u(&s["samples"]))
+        .sum()
+}
+
+/// Check one run of the designed program: the off-CPU time under each waiting function is PHASE_MS within
+/// 10 %, the CPU phase blocked for less than 10 % of it, and the wait kinds are the system calls.
+fn check(report: &Value, mechanism: &str, what: &str) {
+    let off = &report["off_cpu"];
+    assert_eq!(off["mechanism"], mechanism, "{what}");
+    let v = source(report, "off_cpu");
+    let design = PHASE_MS as f64 * 1e6;
+    let mut row = Vec::new();
+    for f in ["nap", "pipe_wait", "lock_wait"] {
+        let ns = inclusive_ns(v, f) as f64;
+        row.push(format!("{f} {:.1} ms", ns / 1e6));
+        assert!(
+            (ns - design).abs() <= 0.10 * design,
+            "{what}: {f} blocked {:.1} ms, designed {PHASE_MS} ms",
+            ns / 1e6
+        );
+    }
+    let burn = inclusive_ns(v, "burn_cpu") as f64;
+    assert!(
+        burn < 0.10 * design,
+        "{what}: burn_cpu blocked {:.1} ms",
+        burn / 1e6
+    );
+    // The helper thread slept twice PHASE_MS under helper_sleep.
+    let helper = inclusive_ns(v, "helper_sleep") as f64;
+    assert!(
+        (helper - 2.0 * design).abs() <= 0.10 * 2.0 * design,
+        "{what}: helper_sleep {:.1} ms",
+        helper / 1e6
+    );
+    let kinds: Vec<&str> = off["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|k| k["preempted"] == false && common::u(&k["ns"]) as f64 > 0.5 * design)
+        .map(|k| k["kind"].as_str().unwrap())
+        .collect();
+    for k in ["clock_nanosleep", "read", "futex"] {
+        assert!(kinds.contains(&k), "{what}: wait kinds {kinds:?}");
+    }
+    let threads = off["threads"].as_array().unwrap();
+    assert!(
+        threads.iter().any(|t| t["name"] == "helper"),
+        "{what}: {threads:?}"
+    );
+    println!("{what}: {}", row.join(", "));
+}
+
+fn designed(frame_pointers: bool, unprivileged: bool) {
+    let program = waits(frame_pointers);
+    let phase = PHASE_MS.to_string();
+    let mechanism = if unprivileged || !is_root() {
+        "switch-records+proc"
+    } else {
+        "switch-samples"
+    };
+    for mode in ["-g", "--call-graph=dwarf"] {
+        let report = record(
+            &[
+                "record",
+                "-q",
+                "--off-cpu",
+                mode,
+                "--format",
+                "json",
+                "--",
+                program.to_str().unwrap(),
+                &phase,
+            ],
+            unprivileged,
+        );
+        let what = format!(
+            "{} {mode} {}",
+            program.file_name().unwrap().to_string_lossy(),
+            if unprivileged {
+                "unprivileged"
+            } else {
+                "as we are"
+            }
+        );
+        check(&report, mechanism, &what);
+    }
+}
+
+#[test]
+fn designed_waits_with_frame_pointers_as_root() {
+    designed(true, false);
+}
+
+#[test]
+fn designed_waits_without_frame_pointers_as_root() {
+    designed(false, false);
+}
+
+#[test]
+fn designed_waits_with_frame_pointers_unprivileged() {
+    designed(true, true);
+}
+
+#[test]
+fn designed_waits_without_frame_pointers_unprivileged() {
+    designed(false, true);
+}
+
+/// The text report has the Off-CPU section, and a run without --off-cpu whose command mostly waited points to
+/// it.
+#[test]
+fn text_section_and_the_why_line() {
+    let program = waits(false);
+    let out = run_bounded(
+        Command::new(NTPROF).args([
+            "record",
+            "-q",
+            "--off-cpu",
+            "--",
+            program.to_str().unwrap(),
+            "100",
+        ]),
+        LIMIT,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for want in [
+        "Off-CPU time (",
+        "voluntary",
+        "helper",
+        "clock_nanosleep",
+        "Top stacks blocked (voluntary)",
+        "pipe_wait",
+    ] {
+        assert!(text.contains(want), "{want} missing from:\n{text}");
+    }
+    // A sleeper without --off-cpu: the why line points to it.
+    let out = run_bounded(
+        Command::new(NTPROF).args(["record", "-q", "--", "sleep", "0.3"]),
+        LIMIT,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("--off-cpu"), "{text}");
+}
+
+/// pprof reads the off_cpu sample type: `-sample_index=off_cpu -top` lists the waiting functions.
+#[test]
+fn pprof_reads_the_off_cpu_sample_type() {
+    let Some(pprof) = common::pprof() else {
+        return;
+    };
+    let program = waits(false);
+    let pb = dir().join("waits.pb.gz");
+    let out = run_bounded(
+        Command::new(NTPROF)
+            .args(["record", "-q", "--off-cpu", "--call-graph=dwarf", "--pprof"])
+            .arg(&pb)
+            .args(["--", program.to_str().unwrap(), &PHASE_MS.to_string()]),
+        LIMIT,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let top = run_bounded(
+        Command::new(&pprof)
+            .args(["-top", "-cum", "-nodecount=100", "-sample_index=off_cpu"])
+            .arg(&pb),
+        LIMIT,
+    );
+    let text = String::from_utf8_lossy(&top.stdout);
+    assert!(
+        top.status.success(),
+        "pprof: {}",
+        String::from_utf8_lossy(&top.stderr)
+    );
+    println!("{text}");
+    // Rows: flat flat% sum% cum cum% name; cum in ms or s.
+    let cum_ms = |name: &str| -> f64 {
+        text.lines()
+            .filter_map(|l| {
+                let w: Vec<&str> = l.split_whitespace().collect();
+                (w.len() >= 6 && w[5..].join(" ") == name).then(|| w[3].to_string())
+            })
+            .next()
+            .map_or(0.0, |v| {
+                if let Some(ms) = v.strip_suffix("ms") {
+                    ms.parse().unwrap_or(0.0)
+                } else if let Some(s) = v.strip_suffix('s') {
+                    s.parse::<f64>().unwrap_or(0.0) * 1e3
+                } else {
+                    0.0
+                }
+            })
+    };
+    for f in ["nap", "pipe_wait", "lock_wait"] {
+        let ms = cum_ms(f);
+        assert!(
+            (ms - PHASE_MS as f64).abs() <= 0.10 * PHASE_MS as f64,
+            "{f}: {ms} ms in pprof"
+        );
+    }
+}
+
+/// `attach --off-cpu`: a shell that sleeps in a loop, attached for a second — its waits for its `sleep`
+/// children (wait4) and theirs (clock_nanosleep) are counted, no more than the attach's length per thread.
+#[test]
+fn attach_counts_the_waits_of_a_running_tree() {
+    let mut child = Command::new("sh")
+        .args(["-c", "while :; do sleep 0.05; done"])
+        .spawn()
+        .expect("sh");
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = child.id().to_string();
+    let report = record(
+        &[
+            "attach",
+            "-q",
+            "--off-cpu",
+            "--pid",
+            &pid,
+            "--duration",
+            "1",
+            "--format",
+            "json",
+        ],
+        false,
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    let off = &report["off_cpu"];
+    let kinds: Vec<&str> = off["kinds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["kind"].as_str().unwrap())
+        .collect();
+    assert!(kinds.contains(&"wait4"), "{kinds:?}");
+    assert!(
+        kinds.contains(&"clock_nanosleep") || kinds.contains(&"nanosleep"),
+        "{kinds:?}"
+    );
+    let shell = off["threads"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tid"].as_u64() == Some(u64::from(child.id())))
+        .expect("the shell's thread");
+    let ms = common::u(&shell["voluntary_ns"]) as f64 / 1e6;
+    // Mostly waiting for its children during the 1 s attach: never more than the attach.
+    assert!(ms > 500.0 && ms < 1100.0, "the shell waited {ms:.1} ms");
+}

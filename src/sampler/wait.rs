@@ -1,0 +1,197 @@
+//! Waiting for a sampler's rings without holding the sampler: the epoll set over its events and an eventfd
+//! that wakes a waiter, shared (`Arc`) between the sampler and its [`SamplerWaker`]s.
+//!
+//! The wait needs nothing the reading needs (no ring, no statistics), so a caller that shares a sampler between
+//! threads behind a lock (the C API does) waits outside that lock: the other calls go on meanwhile, and closing
+//! the sampler ends the wait at once.
+
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+
+use crate::perf::sys::{self, Epoll, Waker};
+
+/// The epoll token of the eventfd (the events' tokens are their indices).
+const WAKER_TOKEN: u64 = u64::MAX;
+
+/// How a wait ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WaitEnd {
+    /// A ring reached its watermark, or every target exited.
+    Ready,
+    /// The timeout passed.
+    Timeout,
+    /// [`SamplerWaker::wake`] cut it short.
+    Woken,
+    /// The sampler was closed (the C API's `NtClose`).
+    Closed,
+}
+
+/// The events a sampler waits on, and what wakes a waiter.
+pub(super) struct WaitSet {
+    epoll: Epoll,
+    waker: Waker,
+    /// Every event descriptor, by token (owned by the sampler, which outlives every wait on them).
+    fds: Vec<RawFd>,
+    /// Per descriptor: it reported `EPOLLHUP` (and left the epoll set).
+    hup: Vec<AtomicBool>,
+    /// How many descriptors hung up.
+    hung_up: AtomicUsize,
+    /// The events follow tasks (a global sampler's per-CPU events never hang up).
+    per_task: bool,
+    /// The sampler was closed: every wait ends at once, now and later.
+    closed: AtomicBool,
+    /// A `SamplerWaker::wake` not yet seen by a wait.
+    woken: AtomicBool,
+    /// A ring became readable, seen by a poll that was not a wait's (`targets_exited`).
+    ready: AtomicBool,
+}
+
+impl WaitSet {
+    /// The epoll set over `fds` (each with its index as token) and the eventfd.
+    pub(super) fn new(fds: Vec<RawFd>, per_task: bool) -> Result<WaitSet, Errno> {
+        let epoll = Epoll::new()?;
+        let waker = Waker::new()?;
+        epoll.add(waker.fd_raw(), WAKER_TOKEN)?;
+        for (i, &fd) in fds.iter().enumerate() {
+            epoll.add(fd, i as u64)?;
+        }
+        let hup = fds.iter().map(|_| AtomicBool::new(false)).collect();
+        Ok(WaitSet {
+            epoll,
+            waker,
+            fds,
+            hup,
+            hung_up: AtomicUsize::new(0),
+            per_task,
+            closed: AtomicBool::new(false),
+            woken: AtomicBool::new(false),
+            ready: AtomicBool::new(false),
+        })
+    }
+
+    /// True when the events follow tasks and every one of them hung up.
+    pub(super) fn all_hung_up(&self) -> bool {
+        // Relaxed: a count, read to decide whether to wait; the flag swap in `poll` counts each descriptor once.
+        self.per_task && self.hung_up.load(Ordering::Relaxed) >= self.fds.len()
+    }
+
+    /// One epoll wait of up to `timeout_ms`: takes hung-up descriptors out of the set. Returns (a ring became
+    /// readable, a descriptor hung up, the eventfd is readable). A poll that is not a wait's (`waiting` false)
+    /// passes a readable ring on to a wait running meanwhile (the kernel reports it to one poll only).
+    pub(super) fn poll(&self, timeout_ms: i32, waiting: bool) -> (bool, bool, bool) {
+        let mut events = [sys::EMPTY_EVENT; 32];
+        let n = self.epoll.wait(&mut events, timeout_ms);
+        let (mut ready, mut hung, mut woken) = (false, false, false);
+        for ev in &events[..n] {
+            if ev.u64 == WAKER_TOKEN {
+                woken = true;
+                continue;
+            }
+            let index = ev.u64 as usize;
+            if ev.events & sys::EPOLLHUP != 0 {
+                if let (Some(flag), Some(&fd)) = (self.hup.get(index), self.fds.get(index))
+                    && !flag.swap(true, Ordering::Relaxed)
+                {
+                    self.epoll.remove(fd);
+                    // Relaxed: see `all_hung_up`.
+                    self.hung_up.fetch_add(1, Ordering::Relaxed);
+                    hung = true;
+                }
+            } else {
+                ready = true;
+            }
+        }
+        if !waiting && (ready || hung) {
+            // Release: pairs with the Acquire swap in `wait`, which then returns Ready.
+            self.ready.store(true, Ordering::Release);
+            self.waker.wake();
+        }
+        (ready, hung, woken)
+    }
+
+    /// Wait until a ring is readable, every target exited, a wake-up, a close, or the timeout.
+    pub(super) fn wait(&self, timeout: Duration) -> WaitEnd {
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            // Acquire (each flag): pairs with the Release store of whoever set it, before its eventfd write.
+            if self.closed.load(Ordering::Acquire) {
+                return WaitEnd::Closed;
+            }
+            if self.woken.swap(false, Ordering::Acquire) {
+                return WaitEnd::Woken;
+            }
+            if self.ready.swap(false, Ordering::Acquire) || self.all_hung_up() {
+                return WaitEnd::Ready;
+            }
+            let left = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            // Round up to a whole millisecond so that a short timeout still waits.
+            let ms = i32::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX);
+            let (ready, hung, woken) = self.poll(ms, true);
+            if woken && !self.closed.load(Ordering::Acquire) {
+                // A close leaves the eventfd readable, so that every waiter sees it; a wake-up is for one.
+                self.waker.clear();
+            }
+            if ready || hung {
+                return WaitEnd::Ready;
+            }
+            if !woken && (left.is_zero() || deadline.is_some_and(|d| Instant::now() >= d)) {
+                return WaitEnd::Timeout;
+            }
+        }
+    }
+
+    fn wake(&self) {
+        // Release: see `wait`.
+        self.woken.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+
+    fn close(&self) {
+        // Release: see `wait`.
+        self.closed.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+}
+
+/// Cuts short a [`Sampler::wait`](super::Sampler::wait) from another thread (or a signal-free shutdown path):
+/// the wait running now, or else the next one, returns `Ok(false)` at once. Made by
+/// [`Sampler::waker`](super::Sampler::waker); cheap to clone, `Send` and `Sync`, and harmless once the sampler is
+/// dropped.
+#[derive(Clone)]
+pub struct SamplerWaker(pub(super) Arc<WaitSet>);
+
+impl std::fmt::Debug for SamplerWaker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SamplerWaker").finish_non_exhaustive()
+    }
+}
+
+impl SamplerWaker {
+    /// End the wait running now (or the next one) early: it returns `Ok(false)`, as on a timeout.
+    pub fn wake(&self) {
+        self.0.wake();
+    }
+
+    /// Close: every wait, now and later, ends at once with [`WaitEnd::Closed`] (the C API's `NtClose`).
+    pub(crate) fn close(&self) {
+        self.0.close();
+    }
+
+    /// True once [`close`](Self::close) was called.
+    pub(crate) fn is_closed(&self) -> bool {
+        // Acquire: see `WaitSet::wait`.
+        self.0.closed.load(Ordering::Acquire)
+    }
+
+    /// Wait as [`Sampler::wait`](super::Sampler::wait) does once its rings were found below their watermark,
+    /// without the sampler: the caller prepared it with `Sampler::prepare_wait`.
+    pub(crate) fn wait(&self, timeout: Duration) -> WaitEnd {
+        self.0.wait(timeout)
+    }
+}

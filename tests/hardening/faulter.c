@@ -1,0 +1,38 @@
+/* Page faults for the NT-profile lost-count test: waits for a line on stdin (the profile is started by then),
+ * then runs THREADS threads (argv[1]) that each touch PAGES fresh pages (argv[2]), one minor fault each, with a
+ * short spin between two touches (so that a page-fault event at interval 1 stays below the kernel's sampling-rate
+ * limit), joins them and exits. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static int pages;
+static volatile unsigned long sink;
+
+static void *work(void *arg) {
+    (void)arg;
+    long page = sysconf(_SC_PAGESIZE);
+    char *p = mmap(NULL, (size_t)pages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) _exit(4);
+    for (int i = 0; i < pages; i++) {
+        p[(long)i * page] = 1;
+        for (int j = 0; j < 20000; j++) sink = sink * 6364136223846793005UL + 1;
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) return 2;
+    int threads = atoi(argv[1]);
+    pages = atoi(argv[2]);
+    pthread_t t[64];
+    if (threads > 64) threads = 64;
+    char line[16];
+    if (!fgets(line, sizeof line, stdin)) return 3;
+    for (int i = 0; i < threads; i++)
+        if (pthread_create(&t[i], NULL, work, NULL) != 0) return 5;
+    for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+    return 0;
+}

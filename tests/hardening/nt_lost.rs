@@ -1,0 +1,138 @@
+//! The NT profiles' lost count is exact in the smallest ring they ever make (one data page, what the engine
+//! shrinks to when locked memory is short; forced here by the fault shim): counted + outside + lost equals the
+//! page faults an independent counting event saw, for a process whose threads fault faster than the consumer
+//! drains a page.
+
+use std::ffi::{c_long, c_void};
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use ntprofile::ffi::exports::{
+    NtClose, NtCreateProfile, NtOpenProcess, NtStartProfile, NtStopProfile,
+    NtprofileQueryStatistics,
+};
+use ntprofile::profile::ProfileStats;
+use ntprofile::{NtStatus, ProfileSource};
+
+use crate::faults::{Shim, build_shim};
+use crate::{is_isolated_child, isolated_with, st};
+
+#[test]
+fn nt_lost_counts_are_exact_in_one_page_rings() {
+    const NAME: &str = "nt_lost::nt_lost_counts_are_exact_in_one_page_rings";
+    if !is_isolated_child(NAME) {
+        let so = build_shim();
+        isolated_with(NAME, &[("LD_PRELOAD", so.to_str().unwrap())]);
+        let _ = std::fs::remove_dir_all(so.parent().unwrap());
+        return;
+    }
+    let shim = Shim::load();
+    let page = 4096;
+    // Every ring above one data page is refused: the engine shrinks to one page.
+    (shim.mmap)(libc::EPERM, 2 * page);
+    let dir = std::env::temp_dir().join(format!("ntprofile-nt-lost-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exe = dir.join("faulter");
+    let src =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/hardening/faulter.c");
+    let out = Command::new("gcc")
+        .args(["-O1", "-Wall", "-pthread", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("gcc");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut last = String::new();
+    for attempt in 0..4 {
+        let mut child = Command::new(&exe)
+            .args(["6", "2000"])
+            .stdin(Stdio::piped())
+            .env_remove("LD_PRELOAD")
+            .spawn()
+            .expect("spawn faulter");
+        let pid = child.id();
+        let mut process: *mut c_void = std::ptr::null_mut();
+        let mut cid = [u64::from(pid), 0u64];
+        assert_eq!(
+            st(NtOpenProcess(
+                &mut process,
+                0,
+                std::ptr::null_mut(),
+                cid.as_mut_ptr().cast()
+            )),
+            NtStatus::SUCCESS
+        );
+        // A range of 64 KiB of the heap region; every sample lands outside it or in it, each counted once.
+        let mut buffer = vec![0u32; 1024];
+        let mut profile: *mut c_void = std::ptr::null_mut();
+        assert_eq!(
+            st(NtCreateProfile(
+                &mut profile,
+                process,
+                0x10000 as *mut c_void,
+                0x10000,
+                6,
+                buffer.as_mut_ptr(),
+                (buffer.len() * 4) as u32,
+                ProfileSource::PageFaults.to_raw(),
+                usize::MAX,
+            )),
+            NtStatus::SUCCESS
+        );
+        let mut counter = perf_event::Builder::new(perf_event::events::Software::PAGE_FAULTS)
+            .observe_pid(pid as i32)
+            .any_cpu()
+            .inherit(true)
+            .exclude_kernel(true)
+            .exclude_hv(true)
+            .enabled(false)
+            .build()
+            .expect("an independent counter of the child's page faults");
+        assert_eq!(st(NtStartProfile(profile)), NtStatus::SUCCESS);
+        let rings: Vec<c_long> = (0..4096)
+            .map(|fd| (shim.mapped)(fd))
+            .filter(|&m| m > 0)
+            .collect();
+        assert!(
+            rings.iter().all(|&m| m == 2 * page as c_long),
+            "rings of one data page only: {rings:?}"
+        );
+        counter.enable().expect("enable the counter");
+        child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+        assert!(child.wait().expect("wait").success());
+        let took = counter.read().expect("read the counter");
+        assert_eq!(st(NtStopProfile(profile)), NtStatus::SUCCESS);
+        let mut stats = ProfileStats::default();
+        assert_eq!(
+            st(NtprofileQueryStatistics(profile, &mut stats)),
+            NtStatus::SUCCESS
+        );
+        assert_eq!(st(NtClose(profile)), NtStatus::SUCCESS);
+        assert_eq!(st(NtClose(process)), NtStatus::SUCCESS);
+        let total = stats.counted + stats.outside + stats.lost;
+        last = format!(
+            "attempt {attempt}: {} rings of one page; the kernel took {took} samples; counted {} + outside {} + \
+             lost {} = {total}; throttled {}",
+            rings.len(),
+            stats.counted,
+            stats.outside,
+            stats.lost,
+            stats.throttled
+        );
+        println!("{last}");
+        if stats.throttled > 0 {
+            continue; // a throttled event takes fewer samples than it counts events: no comparison
+        }
+        assert_eq!(total, took, "{last}");
+        if stats.lost > 0 {
+            (shim.clear)();
+            let _ = std::fs::remove_dir_all(&dir);
+            return;
+        }
+    }
+    panic!("no attempt lost samples without being throttled: {last}");
+}
