@@ -122,6 +122,11 @@ pub struct OffCpu {
     pub stats: WatchStats,
 }
 
+/// `perf_event_attr.type` of the software events.
+const PERF_TYPE_SOFTWARE: u32 = 1;
+/// The software event that counts nothing: a carrier for side-band records (as `perf record` uses it).
+const PERF_COUNT_SW_DUMMY: u64 = 9;
+
 impl OffCpu {
     /// Open the switch sampler on `pids` (following their children when `follow`) and start watching: the
     /// switch samples where the kernel allows them, else the switch records with `/proc` readings.
@@ -131,9 +136,9 @@ impl OffCpu {
         call_graph: Option<CallGraph>,
         cpus: Option<&[usize]>,
     ) -> Result<OffCpu, ntprofile::Error> {
-        let base = || {
+        let base = |source: ProfileSource| {
             let mut b = Sampler::builder()
-                .source(ProfileSource::ContextSwitches)
+                .source(source)
                 .interval(1)
                 .sideband(false)
                 .inherit(follow)
@@ -152,7 +157,7 @@ impl OffCpu {
         };
         // The blocking stacks are unwound with CFI in every mode: a system call's wrapper keeps no frame
         // pointer, so a frame-pointer walk from it would skip its caller (the function that blocked).
-        let privileged = base()
+        let privileged = base(ProfileSource::ContextSwitches)
             .kernel(true)
             .callchain(u16::MAX)
             .user_stack(stack_bytes)
@@ -160,9 +165,15 @@ impl OffCpu {
         let (sampler, mechanism, fallback) = match privileged {
             Ok(s) => (s, Mechanism::SwitchSamples, None),
             Err(e) if e.status() == NtStatus::PRIVILEGE_NOT_HELD => {
-                // The switch records alone need no privilege; a record at once, so that a blocked thread is
-                // read while it still waits.
-                let s = base().wakeup_bytes(1).build()?;
+                // The switch records alone need no privilege. They come with any event, so the sampler's
+                // event is the software `dummy` event (PERF_TYPE_SOFTWARE, PERF_COUNT_SW_DUMMY), which never
+                // takes a sample (the context-switch event is refused: it is sampled in the kernel). A record
+                // at once, so that a blocked thread is read while it still waits.
+                let dummy = ntprofile::register_raw_source(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_DUMMY, 0, 0)
+                    .map_err(|status| {
+                        ntprofile::Error::new(status, "registering the dummy event for the switch records")
+                    })?;
+                let s = base(dummy).wakeup_bytes(1).build()?;
                 (s, Mechanism::SwitchRecordsProc, Some(e.to_string()))
             }
             Err(e) => return Err(e),
