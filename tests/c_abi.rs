@@ -685,3 +685,13 @@ fn readme_c() {
 fn exited_process_c() {
     run_checks("exited");
 }
+
+/// `ffi/offcpu.c`, off-CPU profiling from C: `NTPROFILE_SAMPLER_SWITCH` records of a child sleeping 5 × 40 ms
+/// (switch-outs without PREEMPT whose intervals add up to 200 ms within 10 %, plausible fields, alone and beside
+/// INHERIT and SIDEBAND; an unknown flag refused), `NtprofileReadBlockedThread` on that child in its sleep (the
+/// system call, ip, sp and a stack copy holding the sleep's argument), on a spinning thread (running) and on
+/// threads that do not exist, every pointer check in the documented order, and no descriptor left open.
+#[test]
+fn offcpu_c() {
+    run_checks("offcpu");
+}
