@@ -452,7 +452,14 @@ mod tests {
     /// them while the panic unwinds, and the next pass starts at the record after.
     #[test]
     fn a_panicking_sink_consumes_what_it_was_given() {
-        let mut ring = Ring::anonymous(1, SampleLayout { tid: true }).expect("anonymous ring");
+        let mut ring = Ring::anonymous(
+            1,
+            SampleLayout {
+                tid: true,
+                user_ip: false,
+            },
+        )
+        .expect("anonymous ring");
         let mut bytes = Vec::new();
         for i in 0..3u64 {
             for w in [header(RECORD_THROTTLE, 16), i] {

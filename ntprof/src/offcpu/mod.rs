@@ -169,9 +169,13 @@ impl OffCpu {
                 // event is the software `dummy` event (PERF_TYPE_SOFTWARE, PERF_COUNT_SW_DUMMY), which never
                 // takes a sample (the context-switch event is refused: it is sampled in the kernel). A record
                 // at once, so that a blocked thread is read while it still waits.
-                let dummy = ntprofile::register_raw_source(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_DUMMY, 0, 0)
-                    .map_err(|status| {
-                        ntprofile::Error::new(status, "registering the dummy event for the switch records")
+                let dummy =
+                    ntprofile::register_raw_source(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_DUMMY, 0, 0)
+                        .map_err(|status| {
+                        ntprofile::Error::new(
+                            status,
+                            "registering the dummy event for the switch records",
+                        )
                     })?;
                 let s = base(dummy).wakeup_bytes(1).build()?;
                 (s, Mechanism::SwitchRecordsProc, Some(e.to_string()))
