@@ -27,7 +27,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, channel};
 use std::thread::JoinHandle;
 
-use ntprofile::{NtStatus, ProfileSource, Sampler, UserRegs};
+use ntprofile::{NtStatus, ProfileSource, Sampler, SamplerBuilder, UserRegs};
 
 use crate::args::CallGraph;
 use watch::Watch;
@@ -128,10 +128,10 @@ const PERF_TYPE_SOFTWARE: u32 = 1;
 const PERF_COUNT_SW_DUMMY: u64 = 9;
 
 impl OffCpu {
-    /// Open the switch sampler on `pids` (following their children when `follow`) and start watching: the
-    /// switch samples where the kernel allows them, else the switch records with `/proc` readings.
+    /// Open the switch sampler on the targets `add` names (following their children when `follow`) and start
+    /// watching: the switch samples where the kernel allows them, else the switch records with `/proc` readings.
     pub fn start(
-        pids: &[u32],
+        add: &dyn Fn(SamplerBuilder) -> SamplerBuilder,
         follow: bool,
         call_graph: Option<CallGraph>,
         cpus: Option<&[usize]>,
@@ -143,9 +143,7 @@ impl OffCpu {
                 .sideband(false)
                 .inherit(follow)
                 .context_switches(true);
-            for &pid in pids {
-                b = b.pid(pid);
-            }
+            b = add(b);
             if let Some(list) = cpus {
                 b = b.cpus(list.iter().copied());
             }

@@ -34,6 +34,17 @@ pub enum Targets<'a> {
     Global,
 }
 
+impl Targets<'_> {
+    /// `b` with these processes as its targets (a global profile names none).
+    fn add_to(&self, b: ntprofile::SamplerBuilder) -> ntprofile::SamplerBuilder {
+        match self {
+            Targets::Pids(pids) => pids.iter().fold(b, |b, &pid| b.pid(pid)),
+            Targets::Processes(procs) => procs.iter().fold(b, |b, p| b.process(p)),
+            Targets::Global => b,
+        }
+    }
+}
+
 /// The samplers of a run and the model they feed.
 pub struct Session {
     samplers: Vec<Sampler>,
@@ -131,9 +142,8 @@ impl Session {
                 .sideband(i == 0 && !matches!(targets, Targets::Global))
                 .inherit(follow && !matches!(targets, Targets::Global));
             b = match targets {
-                Targets::Pids(pids) => pids.iter().fold(b, |b, &pid| b.pid(pid)),
-                Targets::Processes(procs) => procs.iter().fold(b, |b, p| b.process(p)),
                 Targets::Global => b.global(),
+                _ => targets.add_to(b),
             };
             if let Some(interval) = opts.interval_for(source) {
                 b = b.interval(interval);
@@ -172,18 +182,13 @@ impl Session {
                 ));
             }
             (true, Targets::Pids(_) | Targets::Processes(_)) => {
-                let pids: Vec<u32> = match targets {
-                    Targets::Processes(procs) => {
-                        procs.iter().map(ntprofile::Process::pid).collect()
-                    }
-                    Targets::Pids(pids) => pids.to_vec(),
-                    Targets::Global => Vec::new(),
-                };
-                let pids = pids.as_slice();
+                // The same targets as the CPU samplers: an opened process (a descendant found at an attach)
+                // that exits meanwhile is still a process, where its pid would no longer open.
+                let add = |b: ntprofile::SamplerBuilder| targets.add_to(b);
                 tracker.enable_waits();
                 let cpus = opts.cpus.as_ref().map(|c| c.0.as_slice());
                 Some(
-                    OffCpu::start(pids, follow, opts.call_graph(), cpus)
+                    OffCpu::start(&add, follow, opts.call_graph(), cpus)
                         .map_err(|e| explain("starting the off-CPU recording", &e, first_pid))?,
                 )
             }
