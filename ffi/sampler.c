@@ -19,36 +19,8 @@
 
 #include "ntprofile.h"
 
-static int passed;
-static int failed;
-
-static void expect_status(int line, const char *what, NTSTATUS got, NTSTATUS want)
-{
-    if (got == want) {
-        passed++;
-        printf("ok   sampler.c:%-4d %s -> 0x%08X\n", line, what, (unsigned)got);
-    } else {
-        failed++;
-        printf("FAIL sampler.c:%-4d %s -> 0x%08X, expected 0x%08X\n", line, what, (unsigned)got, (unsigned)want);
-    }
-}
-
-static void expect_true(int line, const char *what, int ok, const char *detail)
-{
-    if (ok)
-        passed++;
-    else
-        failed++;
-    printf("%s sampler.c:%-4d %s: %s\n", ok ? "ok  " : "FAIL", line, what, detail);
-}
-
-#define EXPECT(what, call, want) expect_status(__LINE__, (what), (call), (want))
-#define CHECK(what, cond, ...)                                                                                    \
-    do {                                                                                                          \
-        char detail_[256];                                                                                        \
-        snprintf(detail_, sizeof detail_, __VA_ARGS__);                                                           \
-        expect_true(__LINE__, (what), (cond) ? 1 : 0, detail_);                                                   \
-    } while (0)
+#define CHECKS_FILE "sampler.c"
+#include "checks.h"
 
 static double cpu_ms(void)
 {
@@ -450,6 +422,5 @@ int main(void)
 
     promises();
 
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return checks_summary();
 }
