@@ -29,69 +29,8 @@
  * Reporting.
  */
 
-static int passed;
-static int failed;
-
-static const char *status_name(NTSTATUS s)
-{
-    static char other[32];
-    switch (s) {
-    case STATUS_SUCCESS: return "STATUS_SUCCESS";
-    case STATUS_DATATYPE_MISALIGNMENT: return "STATUS_DATATYPE_MISALIGNMENT";
-    case STATUS_BUFFER_OVERFLOW: return "STATUS_BUFFER_OVERFLOW";
-    case STATUS_ACCESS_VIOLATION: return "STATUS_ACCESS_VIOLATION";
-    case STATUS_INVALID_HANDLE: return "STATUS_INVALID_HANDLE";
-    case STATUS_INVALID_CID: return "STATUS_INVALID_CID";
-    case STATUS_INVALID_PARAMETER: return "STATUS_INVALID_PARAMETER";
-    case STATUS_ACCESS_DENIED: return "STATUS_ACCESS_DENIED";
-    case STATUS_BUFFER_TOO_SMALL: return "STATUS_BUFFER_TOO_SMALL";
-    case STATUS_OBJECT_TYPE_MISMATCH: return "STATUS_OBJECT_TYPE_MISMATCH";
-    case STATUS_PRIVILEGE_NOT_HELD: return "STATUS_PRIVILEGE_NOT_HELD";
-    case STATUS_INSUFFICIENT_RESOURCES: return "STATUS_INSUFFICIENT_RESOURCES";
-    case STATUS_PROFILING_NOT_STARTED: return "STATUS_PROFILING_NOT_STARTED";
-    case STATUS_PROFILING_NOT_STOPPED: return "STATUS_PROFILING_NOT_STOPPED";
-    case STATUS_NOT_SUPPORTED: return "STATUS_NOT_SUPPORTED";
-    case STATUS_PROFILING_AT_LIMIT: return "STATUS_PROFILING_AT_LIMIT";
-    case STATUS_INTERNAL_ERROR: return "STATUS_INTERNAL_ERROR";
-    case STATUS_INVALID_PARAMETER_7: return "STATUS_INVALID_PARAMETER_7";
-    default:
-        snprintf(other, sizeof other, "0x%08X", (unsigned)s);
-        return other;
-    }
-}
-
-/* One status check: the line number points at the call. */
-static void expect_status(int line, const char *what, NTSTATUS got, NTSTATUS want)
-{
-    if (got == want) {
-        passed++;
-        printf("ok   conformance.c:%-4d %s -> %s\n", line, what, status_name(got));
-    } else {
-        failed++;
-        printf("FAIL conformance.c:%-4d %s -> %s", line, what, status_name(got));
-        printf(", expected %s\n", status_name(want));
-    }
-}
-
-/* One fact check. */
-static void expect_true(int line, const char *what, int ok, const char *detail)
-{
-    if (ok) {
-        passed++;
-        printf("ok   conformance.c:%-4d %s%s%s\n", line, what, detail[0] ? ": " : "", detail);
-    } else {
-        failed++;
-        printf("FAIL conformance.c:%-4d %s%s%s\n", line, what, detail[0] ? ": " : "", detail);
-    }
-}
-
-#define EXPECT(what, call, want) expect_status(__LINE__, (what), (call), (want))
-#define CHECK(what, cond, ...)                                                                                    \
-    do {                                                                                                          \
-        char detail_[256];                                                                                        \
-        snprintf(detail_, sizeof detail_, __VA_ARGS__);                                                           \
-        expect_true(__LINE__, (what), (cond) ? 1 : 0, detail_);                                                   \
-    } while (0)
+#define CHECKS_FILE "conformance.c"
+#include "checks.h"
 
 static void section(const char *title)
 {
@@ -1539,6 +1478,5 @@ int main(void)
     sampler_thread_checks();
     context_switch_checks();
 
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return checks_summary();
 }

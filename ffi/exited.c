@@ -34,55 +34,8 @@
  * Reporting.
  */
 
-static int passed;
-static int failed;
-
-static const char *status_name(NTSTATUS s)
-{
-    static char other[32];
-    switch (s) {
-    case STATUS_SUCCESS: return "STATUS_SUCCESS";
-    case STATUS_INVALID_HANDLE: return "STATUS_INVALID_HANDLE";
-    case STATUS_INVALID_CID: return "STATUS_INVALID_CID";
-    case STATUS_ACCESS_DENIED: return "STATUS_ACCESS_DENIED";
-    case STATUS_INSUFFICIENT_RESOURCES: return "STATUS_INSUFFICIENT_RESOURCES";
-    case STATUS_PROFILING_NOT_STARTED: return "STATUS_PROFILING_NOT_STARTED";
-    case STATUS_PROFILING_NOT_STOPPED: return "STATUS_PROFILING_NOT_STOPPED";
-    case STATUS_NOT_SUPPORTED: return "STATUS_NOT_SUPPORTED";
-    case STATUS_INTERNAL_ERROR: return "STATUS_INTERNAL_ERROR";
-    default:
-        snprintf(other, sizeof other, "0x%08X", (unsigned)s);
-        return other;
-    }
-}
-
-static void expect_status(int line, const char *what, NTSTATUS got, NTSTATUS want)
-{
-    if (got == want) {
-        passed++;
-        printf("ok   exited.c:%-4d %s -> %s\n", line, what, status_name(got));
-    } else {
-        failed++;
-        printf("FAIL exited.c:%-4d %s -> %s, expected %s\n", line, what, status_name(got), status_name(want));
-    }
-}
-
-static void expect_true(int line, const char *what, int ok, const char *detail)
-{
-    if (ok)
-        passed++;
-    else
-        failed++;
-    printf("%s exited.c:%-4d %s%s%s\n", ok ? "ok  " : "FAIL", line, what, detail[0] ? ": " : "", detail);
-}
-
-#define EXPECT(what, call, want) expect_status(__LINE__, (what), (call), (want))
-#define CHECK(what, cond, ...)                                                                                    \
-    do {                                                                                                          \
-        char detail_[256];                                                                                        \
-        snprintf(detail_, sizeof detail_, __VA_ARGS__);                                                           \
-        expect_true(__LINE__, (what), (cond) ? 1 : 0, detail_);                                                   \
-    } while (0)
+#define CHECKS_FILE "exited.c"
+#include "checks.h"
 
 /* ------------------------------------------------------------------------------------------------------------
  * What a leak would change: descriptors, threads, memory mappings.
@@ -481,6 +434,5 @@ int main(void)
     EXPECT("NtClose (this process)", NtClose(own), STATUS_SUCCESS);
     CHECK_BASELINE("descriptors, threads and mappings back to the baseline", baseline);
 
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed == 0 ? 0 : 1;
+    return checks_summary();
 }

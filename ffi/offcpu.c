@@ -27,36 +27,8 @@
 /* The record type's value is part of the ABI. */
 typedef char check_switch_type[NtprofileRecordSwitch == 9 ? 1 : -1];
 
-static int passed;
-static int failed;
-
-static void expect_status(int line, const char *what, NTSTATUS got, NTSTATUS want)
-{
-    if (got == want) {
-        passed++;
-        printf("ok   offcpu.c:%-4d %s -> 0x%08X\n", line, what, (unsigned)got);
-    } else {
-        failed++;
-        printf("FAIL offcpu.c:%-4d %s -> 0x%08X, expected 0x%08X\n", line, what, (unsigned)got, (unsigned)want);
-    }
-}
-
-static void expect_true(int line, const char *what, int ok, const char *detail)
-{
-    if (ok)
-        passed++;
-    else
-        failed++;
-    printf("%s offcpu.c:%-4d %s: %s\n", ok ? "ok  " : "FAIL", line, what, detail);
-}
-
-#define EXPECT(what, call, want) expect_status(__LINE__, (what), (call), (want))
-#define CHECK(what, cond, ...)                                                                                    \
-    do {                                                                                                          \
-        char detail_[256];                                                                                        \
-        snprintf(detail_, sizeof detail_, __VA_ARGS__);                                                           \
-        expect_true(__LINE__, (what), (cond) ? 1 : 0, detail_);                                                   \
-    } while (0)
+#define CHECKS_FILE "offcpu.c"
+#include "checks.h"
 
 static ULONGLONG now_ns(void)
 {
@@ -649,6 +621,5 @@ int main(void)
     blocked_thread();
     int after = count_fds();
     CHECK("descriptors back to the baseline after NtClose", after == fds, "%d before, %d after", fds, after);
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return checks_summary();
 }

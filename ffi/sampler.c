@@ -19,36 +19,8 @@
 
 #include "ntprofile.h"
 
-static int passed;
-static int failed;
-
-static void expect_status(int line, const char *what, NTSTATUS got, NTSTATUS want)
-{
-    if (got == want) {
-        passed++;
-        printf("ok   sampler.c:%-4d %s -> 0x%08X\n", line, what, (unsigned)got);
-    } else {
-        failed++;
-        printf("FAIL sampler.c:%-4d %s -> 0x%08X, expected 0x%08X\n", line, what, (unsigned)got, (unsigned)want);
-    }
-}
-
-static void expect_true(int line, const char *what, int ok, const char *detail)
-{
-    if (ok)
-        passed++;
-    else
-        failed++;
-    printf("%s sampler.c:%-4d %s: %s\n", ok ? "ok  " : "FAIL", line, what, detail);
-}
-
-#define EXPECT(what, call, want) expect_status(__LINE__, (what), (call), (want))
-#define CHECK(what, cond, ...)                                                                                    \
-    do {                                                                                                          \
-        char detail_[256];                                                                                        \
-        snprintf(detail_, sizeof detail_, __VA_ARGS__);                                                           \
-        expect_true(__LINE__, (what), (cond) ? 1 : 0, detail_);                                                   \
-    } while (0)
+#define CHECKS_FILE "sampler.c"
+#include "checks.h"
 
 static double cpu_ms(void)
 {
@@ -65,8 +37,10 @@ static void spin(double ms)
         for (int i = 0; i < 10000; i++) x = x * 6364136223846793005UL + 1;
 }
 
-/* The child: waits for a byte on the pipe, forks a grandchild, both spin 200 ms, the child reaps it. */
-static pid_t start_child(int *go)
+/* Fork a child that waits for a byte on a pipe before it goes on: in the parent, the child's pid, with *go the
+   pipe's end to write the byte to; in the child, 0 once the byte came (when the pipe closes first, the child
+   exits with `closed_status`). */
+static pid_t fork_gated(int *go, int closed_status)
 {
     int fds[2];
     if (pipe(fds) != 0) exit(2);
@@ -75,15 +49,25 @@ static pid_t start_child(int *go)
     if (pid == 0) {
         char c;
         close(fds[1]);
-        if (read(fds[0], &c, 1) != 1) _exit(3);
+        if (read(fds[0], &c, 1) != 1) _exit(closed_status);
+        return 0;
+    }
+    close(fds[0]);
+    *go = fds[1];
+    return pid;
+}
+
+/* The child: waits for a byte on the pipe, forks a grandchild, both spin 200 ms, the child reaps it. */
+static pid_t start_child(int *go)
+{
+    pid_t pid = fork_gated(go, 3);
+    if (pid == 0) {
         pid_t grandchild = fork();
         spin(200);
         if (grandchild == 0) _exit(0);
         waitpid(grandchild, NULL, 0);
         _exit(0);
     }
-    close(fds[0]);
-    *go = fds[1];
     return pid;
 }
 
@@ -176,19 +160,11 @@ static double now_ms(void)
    closes). */
 static pid_t start_spinner(int *go, double ms)
 {
-    int fds[2];
-    if (pipe(fds) != 0) exit(2);
-    pid_t pid = fork();
-    if (pid < 0) exit(2);
+    pid_t pid = fork_gated(go, 0);
     if (pid == 0) {
-        char c;
-        close(fds[1]);
-        if (read(fds[0], &c, 1) != 1) _exit(0);
         spin(ms);
         _exit(0);
     }
-    close(fds[0]);
-    *go = fds[1];
     return pid;
 }
 
@@ -450,6 +426,5 @@ int main(void)
 
     promises();
 
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return checks_summary();
 }

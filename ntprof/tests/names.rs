@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 mod common;
-use common::{gcc, run_bounded, u};
+use common::{call_tree_report, gcc, gcc_shared, run_bounded, run_ok, u};
 
 const NTPROF: &str = env!("CARGO_BIN_EXE_ntprof");
 const LIMIT: Duration = Duration::from_secs(120);
@@ -91,18 +91,7 @@ fn plt_programs() -> &'static Vec<PltProgram> {
     static P: OnceLock<Vec<PltProgram>> = OnceLock::new();
     P.get_or_init(|| {
         let d = dir().to_str().unwrap();
-        gcc(
-            &[
-                "-O2",
-                "-g",
-                "-fPIC",
-                "-shared",
-                "-o",
-                &format!("{d}/libplt.so"),
-                &src("plt_lib.c"),
-            ],
-            dir(),
-        );
+        gcc_shared(&format!("{d}/libplt.so"), &src("plt_lib.c"), dir());
         PLT_VARIANTS
             .iter()
             .map(|(name, flags)| {
@@ -142,12 +131,7 @@ fn record_json(options: &[&str], program: &Path, args: &[&str]) -> Value {
         .arg("--")
         .arg(program)
         .args(args);
-    let out = run_bounded(cmd, LIMIT);
-    assert!(
-        out.status.success(),
-        "ntprof: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_ok(cmd, LIMIT);
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
@@ -365,26 +349,11 @@ fn record_with_text(
         .arg("--")
         .arg(program)
         .args(args);
-    let out = run_bounded(cmd, LIMIT);
-    assert!(
-        out.status.success(),
-        "ntprof: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = run_bounded(
-        Command::new(NTPROF)
-            .args(["report", "--call-tree"])
-            .arg(&json),
-        LIMIT,
-    );
-    assert!(
-        text.status.success(),
-        "{}",
-        String::from_utf8_lossy(&text.stderr)
-    );
+    run_ok(cmd, LIMIT);
+    let text = call_tree_report(&json, LIMIT);
     (
         serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap(),
-        String::from_utf8(text.stdout).unwrap(),
+        text,
         svg,
     )
 }

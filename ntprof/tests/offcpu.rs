@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 mod common;
-use common::run_bounded;
+use common::{is_root, ntprof_command, run_bounded, run_ok, source};
 
 use serde_json::Value;
 
@@ -54,51 +54,10 @@ fn waits(frame_pointers: bool) -> PathBuf {
     .clone()
 }
 
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
-}
-
 /// `ntprof ARGS` (as nobody with `unprivileged` when we are root): its JSON report on standard output.
 fn record(args: &[&str], unprivileged: bool) -> Value {
-    let mut cmd = if unprivileged && is_root() {
-        let mut c = Command::new("setpriv");
-        c.args([
-            "--reuid",
-            "65534",
-            "--regid",
-            "65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            NTPROF,
-        ]);
-        c
-    } else {
-        Command::new(NTPROF)
-    };
-    let out = run_bounded(cmd.args(args), LIMIT);
-    assert!(
-        out.status.success(),
-        "ntprof {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = run_ok(ntprof_command(unprivileged).args(args), LIMIT);
     serde_json::from_slice(&out.stdout).expect("a JSON report")
-}
-
-/// The source named `name` of a report.
-fn source<'a>(report: &'a Value, name: &str) -> &'a Value {
-    report["sources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == name)
-        .unwrap_or_else(|| panic!("no source {name}"))
 }
 
 /// Nanoseconds of `source`'s stacks that have `function` on them (inclusive).

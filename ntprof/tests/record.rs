@@ -15,7 +15,7 @@ use nix::unistd::Pid;
 use serde_json::Value;
 
 mod common;
-use common::{function_samples, gcc, u};
+use common::{function_samples, gcc, gcc_shared, is_root, ntprof_command, source, u};
 
 const NTPROF: &str = env!("CARGO_BIN_EXE_ntprof");
 
@@ -45,18 +45,7 @@ fn programs() -> &'static Programs {
         let dir = common::build_dir("record");
         let d = dir.to_str().unwrap();
         let s = |f: &str| src.join(f).to_str().unwrap().to_string();
-        gcc(
-            &[
-                "-O2",
-                "-g",
-                "-fPIC",
-                "-shared",
-                "-o",
-                &format!("{d}/libsplit.so"),
-                &s("libsplit.c"),
-            ],
-            &dir,
-        );
+        gcc_shared(&format!("{d}/libsplit.so"), &s("libsplit.c"), &dir);
         gcc(
             &[
                 "-O2",
@@ -71,18 +60,7 @@ fn programs() -> &'static Programs {
             ],
             &dir,
         );
-        gcc(
-            &[
-                "-O2",
-                "-g",
-                "-fPIC",
-                "-shared",
-                "-o",
-                &format!("{d}/plugin.so"),
-                &s("plugin.c"),
-            ],
-            &dir,
-        );
+        gcc_shared(&format!("{d}/plugin.so"), &s("plugin.c"), &dir);
         gcc(
             &[
                 "-O2",
@@ -149,37 +127,11 @@ fn programs() -> &'static Programs {
 
 /// Run ntprof with `args`, at most `limit`, as the given user (None: as we are).
 fn ntprof_as(args: &[&str], limit: Duration, unprivileged: bool) -> Output {
-    let mut cmd = if unprivileged && is_root() {
-        let mut c = Command::new("setpriv");
-        c.args([
-            "--reuid",
-            "65534",
-            "--regid",
-            "65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-            NTPROF,
-        ]);
-        c
-    } else {
-        Command::new(NTPROF)
-    };
-    common::run_bounded(cmd.args(args), limit)
+    common::run_bounded(ntprof_command(unprivileged).args(args), limit)
 }
 
 fn ntprof(args: &[&str]) -> Output {
     ntprof_as(args, Duration::from_secs(60), false)
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(1) == Some("0"))
-        })
-        .unwrap_or(false)
 }
 
 fn stderr(out: &Output) -> String {
@@ -201,15 +153,6 @@ fn report(out: &Output, status: i32) -> Value {
             stderr(out)
         )
     })
-}
-
-fn source<'a>(r: &'a Value, name: &str) -> &'a Value {
-    r["sources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|s| s["name"] == name)
-        .unwrap_or_else(|| panic!("no source {name} in {r}"))
 }
 
 fn module<'a>(s: &'a Value, name: &str) -> &'a Value {

@@ -20,7 +20,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 mod common;
-use common::{on_path, pprof, run_bounded, tool};
+use common::{call_tree_report, on_path, pprof, run_bounded, run_ok, tool};
 
 use serde_json::Value;
 
@@ -101,30 +101,15 @@ fn record(tag: &str, options: &[&str], program: &Path, args: &[&str]) -> Recorde
         .arg("--")
         .arg(program)
         .args(args);
-    let out = run_bounded(cmd, LIMIT);
-    assert!(
-        out.status.success(),
-        "ntprof: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_ok(cmd, LIMIT);
     // The text report of the same run, with the call tree.
-    let text = run_bounded(
-        Command::new(NTPROF)
-            .args(["report", "--call-tree"])
-            .arg(&json),
-        LIMIT,
-    );
-    assert!(
-        text.status.success(),
-        "{}",
-        String::from_utf8_lossy(&text.stderr)
-    );
+    let text = call_tree_report(&json, LIMIT);
     Recorded {
         json: serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap(),
         folded: std::fs::read_to_string(&folded).unwrap(),
         pprof: pb,
         svg,
-        text: String::from_utf8(text.stdout).unwrap(),
+        text,
     }
 }
 

@@ -177,3 +177,41 @@ pub fn run_helper_process(
         .collect();
     (stdout, stderr, results)
 }
+
+/// Reap every child of this process that has exited or exits within 10 s: their exit codes (a signal as 128 + n).
+#[allow(dead_code)] // only the tests that fork ask
+pub fn reap_children() -> Vec<i32> {
+    let mut out = Vec::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let mut status = 0;
+        // SAFETY: waits for any child of this process, without blocking.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::__WALL) };
+        if pid > 0 {
+            out.push(if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else {
+                128 + libc::WTERMSIG(status)
+            });
+        } else if pid == 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        } else {
+            return out;
+        }
+    }
+}
+
+/// An independent counting event of the user-space page faults of process `pid` and its descendants, created
+/// disabled, for checking a sampler's samples + lost against what the kernel counted.
+#[allow(dead_code)] // only the tests that check loss against page faults ask
+pub fn page_fault_counter(pid: u32) -> perf_event::Counter {
+    perf_event::Builder::new(perf_event::events::Software::PAGE_FAULTS)
+        .observe_pid(pid as i32)
+        .any_cpu()
+        .inherit(true)
+        .exclude_kernel(true)
+        .exclude_hv(true)
+        .enabled(false)
+        .build()
+        .expect("an independent counter of the process's page faults")
+}

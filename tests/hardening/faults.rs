@@ -24,6 +24,19 @@ hot_in_section!(hot, range, "ntp_fault_hot", 0x5F);
 const PROFILE_TIME: u32 = 0;
 const TASK_CLOCK: u32 = 0x1_0000;
 
+/// Whether this is the isolated child of test `name`, which runs with the fault shim preloaded. In the test
+/// itself: build the shim, run the test again in a child process with it (`isolated_with`), remove it, and return
+/// false.
+pub(crate) fn in_shim_child(name: &str) -> bool {
+    if is_isolated_child(name) {
+        return true;
+    }
+    let so = build_shim();
+    isolated_with(name, &[("LD_PRELOAD", so.to_str().unwrap())]);
+    let _ = std::fs::remove_dir_all(so.parent().unwrap());
+    false
+}
+
 /// Build the shim into a fresh temporary directory; returns the library's path.
 pub(crate) fn build_shim() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ntprofile-fault-shim-{}", std::process::id()));
@@ -184,10 +197,7 @@ fn perf_rings(shim: &Shim) -> Vec<(i32, c_long, c_long)> {
 #[test]
 fn kernel_faults() {
     const NAME: &str = "faults::kernel_faults";
-    if !is_isolated_child(NAME) {
-        let so = build_shim();
-        isolated_with(NAME, &[("LD_PRELOAD", so.to_str().unwrap())]);
-        let _ = std::fs::remove_dir_all(so.parent().unwrap());
+    if !in_shim_child(NAME) {
         return;
     }
     let shim = Shim::load();

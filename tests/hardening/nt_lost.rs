@@ -14,16 +14,13 @@ use ntprofile::ffi::exports::{
 use ntprofile::profile::ProfileStats;
 use ntprofile::{NtStatus, ProfileSource};
 
-use crate::faults::{Shim, build_shim};
-use crate::{is_isolated_child, isolated_with, st};
+use crate::faults::{Shim, in_shim_child};
+use crate::st;
 
 #[test]
 fn nt_lost_counts_are_exact_in_one_page_rings() {
     const NAME: &str = "nt_lost::nt_lost_counts_are_exact_in_one_page_rings";
-    if !is_isolated_child(NAME) {
-        let so = build_shim();
-        isolated_with(NAME, &[("LD_PRELOAD", so.to_str().unwrap())]);
-        let _ = std::fs::remove_dir_all(so.parent().unwrap());
+    if !in_shim_child(NAME) {
         return;
     }
     let shim = Shim::load();
@@ -83,15 +80,7 @@ fn nt_lost_counts_are_exact_in_one_page_rings() {
             )),
             NtStatus::SUCCESS
         );
-        let mut counter = perf_event::Builder::new(perf_event::events::Software::PAGE_FAULTS)
-            .observe_pid(pid as i32)
-            .any_cpu()
-            .inherit(true)
-            .exclude_kernel(true)
-            .exclude_hv(true)
-            .enabled(false)
-            .build()
-            .expect("an independent counter of the child's page faults");
+        let mut counter = crate::common::page_fault_counter(pid);
         assert_eq!(st(NtStartProfile(profile)), NtStatus::SUCCESS);
         let rings: Vec<c_long> = (0..4096)
             .map(|fd| (shim.mapped)(fd))

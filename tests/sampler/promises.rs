@@ -391,7 +391,7 @@ fn fork_inside_the_routine_does_not_kill_the_child() {
     }
     FORK_PARENT.store(0, Ordering::Relaxed);
     assert_eq!(s, NtStatus::SUCCESS);
-    let children = reap_all();
+    let children = common::reap_children();
     println!(
         "C: read of {n} records forked {} children: {children:?}",
         children.len()
@@ -421,31 +421,9 @@ fn fork_inside_the_routine_does_not_kill_the_child() {
         unsafe { libc::_exit(if ok { 0 } else { 1 }) };
     }
     r.expect("the parent's read");
-    let children = reap_all();
+    let children = common::reap_children();
     println!("Rust: {children:?}");
     assert_eq!(children, vec![0; 3]);
-}
-
-/// Reap every child of this process that has exited or exits within 10 s; their exit codes (signals as 128 + n).
-fn reap_all() -> Vec<i32> {
-    let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let mut status = 0;
-        // SAFETY: waits for any child of this process, without blocking.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::__WALL) };
-        if pid > 0 {
-            out.push(if libc::WIFEXITED(status) {
-                libc::WEXITSTATUS(status)
-            } else {
-                128 + libc::WTERMSIG(status)
-            });
-        } else if pid == 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        } else {
-            return out;
-        }
-    }
 }
 
 /// Item 6: a panic in the read function leaves the records it was given consumed: the next read delivers none of

@@ -128,7 +128,7 @@ fn reads_race_with_close_enable_query_and_fork() {
         }
     }
     FORKER.store(0, Ordering::Relaxed);
-    let children = reap_children();
+    let children = common::reap_children();
     let records = RECORDS.load(Ordering::Relaxed);
     println!(
         "{rounds} rounds: {records} records read, {enables} enables and {queries} queries during the reads, {} \
@@ -147,28 +147,6 @@ fn summary(codes: &[i32]) -> BTreeMap<i32, usize> {
         *m.entry(c).or_default() += 1;
     }
     m
-}
-
-/// Reap every child that has exited or exits within 10 s: exit codes, 128 + n for a signal.
-fn reap_children() -> Vec<i32> {
-    let mut out = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let mut status = 0;
-        // SAFETY: waits for any child of this process, without blocking.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG | libc::__WALL) };
-        if pid > 0 {
-            out.push(if libc::WIFEXITED(status) {
-                libc::WEXITSTATUS(status)
-            } else {
-                128 + libc::WTERMSIG(status)
-            });
-        } else if pid == 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        } else {
-            return out;
-        }
-    }
 }
 
 /// A tree of 300 short-lived children (8 alive at once), each 100 frames deep, sampled at every page fault with
@@ -193,15 +171,7 @@ fn a_tree_of_short_lived_children_loses_nothing_silently() {
             .sideband(false)
             .build()
             .expect("build");
-        let mut counter = perf_event::Builder::new(perf_event::events::Software::PAGE_FAULTS)
-            .observe_pid(pid as i32)
-            .any_cpu()
-            .inherit(true)
-            .exclude_kernel(true)
-            .exclude_hv(true)
-            .enabled(false)
-            .build()
-            .expect("an independent counter of the tree's page faults");
+        let mut counter = common::page_fault_counter(pid);
         sampler.enable().expect("enable");
         counter.enable().expect("enable the counter");
         program.go();

@@ -137,3 +137,80 @@ pub fn function_samples(s: &Value, name: &str) -> u64 {
         .map(|f| u(&f["samples"]))
         .sum()
 }
+
+/// Whether this process runs as root (real user id 0, from /proc/self/status).
+#[allow(dead_code)] // Only the tests that also run ntprof without privilege ask.
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// A command that runs ntprof: as nobody with no capabilities (through setpriv) when `unprivileged` and we are
+/// root, as we are otherwise.
+#[allow(dead_code)] // Only the tests that also run ntprof without privilege ask.
+pub fn ntprof_command(unprivileged: bool) -> Command {
+    let ntprof = env!("CARGO_BIN_EXE_ntprof");
+    if unprivileged && is_root() {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid",
+            "65534",
+            "--regid",
+            "65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            ntprof,
+        ]);
+        c
+    } else {
+        Command::new(ntprof)
+    }
+}
+
+/// `run_bounded`, and panic with the command's standard error unless it succeeded.
+#[allow(dead_code)] // Not every test file expects success this way.
+pub fn run_ok(mut cmd: impl BorrowMut<Command>, limit: Duration) -> Output {
+    let cmd = cmd.borrow_mut();
+    let out = run_bounded(&mut *cmd, limit);
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `ntprof report --call-tree JSON`: the text report, with its call tree, of a JSON report.
+#[allow(dead_code)] // Only the tests that read the call tree ask.
+pub fn call_tree_report(json: &Path, limit: Duration) -> String {
+    let out = run_ok(
+        Command::new(env!("CARGO_BIN_EXE_ntprof"))
+            .args(["report", "--call-tree"])
+            .arg(json),
+        limit,
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Build a shared library `OUT` from `SRC` in `cwd` with `gcc -O2 -g -fPIC -shared`.
+#[allow(dead_code)] // Only the tests with a library of their own build one.
+pub fn gcc_shared(out: &str, src: &str, cwd: &Path) {
+    gcc(&["-O2", "-g", "-fPIC", "-shared", "-o", out, src], cwd);
+}
+
+/// The source named `name` of ntprof's JSON report.
+#[allow(dead_code)] // Only the tests that read ntprof's JSON report ask.
+pub fn source<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("no source {name} in {report}"))
+}
