@@ -335,3 +335,47 @@ fn attach_counts_the_waits_of_a_running_tree() {
     // Mostly waiting for its children during the 1 s attach: never more than the attach.
     assert!(ms > 500.0 && ms < 1100.0, "the shell waited {ms:.1} ms");
 }
+
+/// The Off-CPU section names C++ functions as the CPU tables do, without parameter lists and template return
+/// types; JSON keeps the full names.
+#[test]
+fn cpp_names_in_the_off_cpu_section_are_short() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/waits_cpp.cpp");
+    let out = dir().join("waits_cpp");
+    let built = Command::new("g++")
+        .args(["-O1", "-g", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("g++");
+    assert!(built.success(), "g++ failed");
+    let program = out.to_str().unwrap();
+    let run = run_ok(
+        Command::new(NTPROF).args(["record", "-q", "--off-cpu", "--", program]),
+        LIMIT,
+    );
+    let text = String::from_utf8_lossy(&run.stdout);
+    let section = &text[text.find("Off-CPU time (").expect("an Off-CPU section")..];
+    for want in [
+        "  Waiter::nap\n",
+        "  run<int>\n",
+        "<- Waiter::nap <- run<int> <- main",
+    ] {
+        assert!(section.contains(want), "{want:?} missing from:\n{section}");
+    }
+    assert!(!section.contains("std::allocator"), "{section}");
+    let report = record(
+        &[
+            "record",
+            "-q",
+            "--off-cpu",
+            "--format",
+            "json",
+            "--",
+            program,
+        ],
+        false,
+    );
+    let json = report.to_string();
+    assert!(json.contains("Waiter::nap(std::vector<int, std::allocator<int> > const&, int)"));
+}

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::fmt::Write;
 
 use super::head;
+use super::names::display_name;
 use super::stacks::expanded;
 use crate::report::{Report, SourceReport};
 
@@ -118,7 +119,7 @@ fn blocking(out: &mut String, source: &SourceReport, top: usize) {
             "  {:>12} {:>6.1}%  {}",
             ms(*ns),
             *ns as f64 * 100.0 / total as f64,
-            head(f, 90)
+            head(&display_name(f), 90)
         );
     }
     let _ = writeln!(
@@ -126,7 +127,10 @@ fn blocking(out: &mut String, source: &SourceReport, top: usize) {
         "\n  Top stacks {what}, the wait first, then its callers outward:"
     );
     for (i, stack) in source.stacks.iter().take(top.min(10)).enumerate() {
-        let mut frames = expanded(source, stack);
+        let mut frames: Vec<_> = expanded(source, stack)
+            .into_iter()
+            .map(display_name)
+            .collect();
         frames.reverse();
         let trunc = if stack.truncated {
             " <- [truncated]"
