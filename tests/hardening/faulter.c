@@ -1,7 +1,7 @@
 /* Page faults for the NT-profile lost-count test: waits for a line on stdin (the profile is started by then),
  * then runs THREADS threads (argv[1]) that each touch PAGES fresh pages (argv[2]), one minor fault each, with a
- * short spin between two touches (so that a page-fault event at interval 1 stays below the kernel's sampling-rate
- * limit), joins them and exits. */
+ * short spin of SPIN steps (argv[3], default 20000) between two touches (so that a page-fault event at interval 1
+ * stays below the kernel's sampling-rate limit), joins them and exits. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 static int pages;
+static int spin = 20000;
 static volatile unsigned long sink;
 
 static void *work(void *arg) {
@@ -18,7 +19,7 @@ static void *work(void *arg) {
     if (p == MAP_FAILED) _exit(4);
     for (int i = 0; i < pages; i++) {
         p[(long)i * page] = 1;
-        for (int j = 0; j < 20000; j++) sink = sink * 6364136223846793005UL + 1;
+        for (int j = 0; j < spin; j++) sink = sink * 6364136223846793005UL + 1;
     }
     return NULL;
 }
@@ -27,6 +28,7 @@ int main(int argc, char **argv) {
     if (argc < 3) return 2;
     int threads = atoi(argv[1]);
     pages = atoi(argv[2]);
+    if (argc > 3) spin = atoi(argv[3]);
     pthread_t t[64];
     if (threads > 64) threads = 64;
     char line[16];

@@ -44,9 +44,14 @@ fn nt_lost_counts_are_exact_in_one_page_rings() {
         String::from_utf8_lossy(&out.stderr)
     );
     let mut last = String::new();
-    for attempt in 0..4 {
+    for attempt in 0..8 {
+        // The consumer drains a page faster than the faulter's threads fill it on an idle machine: at each
+        // attempt the faults come faster (a shorter spin between two) and more busy threads of this process
+        // (not profiled) take CPU time from the consumer, until a ring overflows. An attempt the kernel
+        // throttled is not compared.
+        let _load = Load::start(2 + attempt);
         let mut child = Command::new(&exe)
-            .args(["6", "2000"])
+            .args(["6", "2000", &(20000 >> attempt).to_string()])
             .stdin(Stdio::piped())
             .env_remove("LD_PRELOAD")
             .spawn()
@@ -124,4 +129,37 @@ fn nt_lost_counts_are_exact_in_one_page_rings() {
         }
     }
     panic!("no attempt lost samples without being throttled: {last}");
+}
+
+/// Threads that spin until dropped.
+struct Load {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Load {
+    fn start(n: usize) -> Load {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let threads = (0..n)
+            .map(|_| {
+                let stop = stop.clone();
+                // Relaxed: the flag only ends the spinning; nothing is published through it.
+                std::thread::spawn(move || {
+                    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        Load { stop, threads }
+    }
+}
+
+impl Drop for Load {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
 }
