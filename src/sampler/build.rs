@@ -42,6 +42,7 @@ pub(super) fn build(b: SamplerBuilder) -> Result<Sampler, Error> {
     let (pin, own) = pin_library_threads(&targets)?;
     let (interval, params, pages) = event_params(&b, spec, stack_user);
     let mut opener = Opener::new(params, &cpus, pages, min_pages(&params));
+    opener.chosen_wakeup = b.wakeup_bytes;
     let processes = opener.open_all(b.global, targets, &own)?;
     let raw: Vec<RawFd> = opener.fds.iter().map(AsRawFd::as_raw_fd).collect();
     let waits = WaitSet::new(raw.clone(), !b.global)

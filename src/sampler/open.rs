@@ -84,6 +84,9 @@ pub(super) struct Opener {
     /// Per CPU of `cpus`: the index in `fds` of the event that owns its ring.
     owner: Vec<Option<usize>>,
     raised_nofile: bool,
+    /// The wake-up size the caller chose (`wakeup_bytes`), kept across the budget's restarts; `None`: a quarter
+    /// of the ring, whatever size it comes out.
+    pub(super) chosen_wakeup: Option<usize>,
 }
 
 /// How far an opener had got: a pass that must be done again goes back to it.
@@ -112,6 +115,7 @@ impl Opener {
             ring_cpus: Vec::new(),
             owner,
             raised_nofile: false,
+            chosen_wakeup: None,
         }
     }
 
@@ -125,11 +129,8 @@ impl Opener {
         targets: Vec<Target>,
         own: &[Tid],
     ) -> Result<Vec<Process>, Error> {
-        // A wake-up size the caller chose (`wakeup_bytes`) is kept; the default follows the ring's size.
-        let chosen = (self.params.wakeup_watermark != watermark_for(self.pages))
-            .then_some(self.params.wakeup_watermark);
         loop {
-            self.params.wakeup_watermark = chosen.map_or_else(
+            self.params.wakeup_watermark = self.chosen_wakeup.map_or_else(
                 || watermark_for(self.pages),
                 |w| w.min(self.pages * page_size()),
             );

@@ -123,24 +123,19 @@ fn source_report(info: &SourceInfo, t: aggregate::Tables, duration_s: f64) -> So
 
 /// The report of an off-CPU source (`voluntary`: `off_cpu`, else `preempted`): its samples are nanoseconds.
 fn off_cpu_report(voluntary: bool, t: aggregate::Tables) -> SourceReport {
+    let info = SourceInfo {
+        source: ProfileSource::Time,
+        interval: 1,
+        jitter: 0,
+    };
     SourceReport {
         name: if voluntary { "off_cpu" } else { "preempted" }.to_string(),
         value: 0,
-        interval: 1,
         interval_unit: crate::report::OFF_CPU_UNIT.to_string(),
         sample_value: 1,
         sample_unit: "nanoseconds".to_string(),
         achieved_rate_hz: 0.0,
-        jitter_percent: 0,
-        stats: t.stats,
-        commands: t.commands,
-        processes: t.processes,
-        modules: t.modules,
-        functions: t.functions,
-        lines: t.lines,
-        buckets: t.buckets,
-        stacks: Vec::new(),
-        locations: Vec::new(),
+        ..source_report(&info, t, 0.0)
     }
 }
 
