@@ -21,7 +21,15 @@ const PHASE_MS: u64 = 300;
 
 fn dir() -> &'static Path {
     static D: OnceLock<PathBuf> = OnceLock::new();
-    D.get_or_init(|| common::build_dir("offcpu"))
+    // In the system's temporary directory, readable by everyone: the unprivileged runs (as nobody) must reach
+    // the programs, and a checkout may lie under a directory only its owner can enter.
+    D.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("ntprof-offcpu-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        dir
+    })
 }
 
 /// The designed program, with frame pointers or without.
