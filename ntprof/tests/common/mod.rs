@@ -12,6 +12,7 @@ use serde_json::Value;
 
 /// A fresh directory `ntprof-<tag>-<pid>` under cargo's temporary directory for integration tests, for the C
 /// programs one test binary builds.
+#[allow(dead_code)] // Not every test file builds in a scratch directory of the target.
 pub fn build_dir(tag: &str) -> PathBuf {
     let dir =
         Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("ntprof-{tag}-{}", std::process::id()));
