@@ -1,7 +1,7 @@
 //! Link settings of the C shared library (`libntprofile.so`), in the conventions of Rust C libraries (cargo-c):
 //! a versioned SONAME, `libntprofile.so.<major>`, so that programs linked with `-lntprofile` record
 //! `NEEDED libntprofile.so.0` and survive a compatible upgrade; and a linker version script that keeps every
-//! symbol but the API's (`Nt*`, `Zw*`, `Ntprofile*`) local. Only the `cdylib` gets these arguments; the `rlib`
+//! symbol but the API's (`Nt*`, `Zw*`, `Ntprofile*`, `Rtl*`) local. Only the `cdylib` gets these arguments; the `rlib`
 //! and the `staticlib` are not linked here.
 
 fn main() {

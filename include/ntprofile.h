@@ -8,7 +8,8 @@
  * Exported calls: NtCreateProfile, NtCreateProfileEx, NtOpenProcess, NtStartProfile, NtStopProfile,
  * NtSetIntervalProfile, NtQueryIntervalProfile, NtClose, each with its Zw alias; and the extensions
  * NtprofileQueryStatistics, NtprofileQuerySources, NtprofileRegisterSource, NtprofileSetSourceJitter,
- * NtprofileStatusMessage, and the sampler: NtprofileCreateSampler, NtprofileEnableSampler, NtprofileReadSampler,
+ * NtprofileStatusMessage, the status conversions RtlNtStatusToDosError, RtlNtStatusToDosErrorNoTeb and
+ * RtlGetLastNtStatus, and the sampler: NtprofileCreateSampler, NtprofileEnableSampler, NtprofileReadSampler,
  * NtprofileQuerySamplerStatistics.
  *
  * Documentation in the source tree: docs/api.md is the contract (every call, its checks in order and their
@@ -41,6 +42,16 @@
  *
  * Process handles: NtCurrentProcess() names the caller; NtOpenProcess opens another process by Linux pid. NULL
  * means every process (see 1 above).
+ *
+ * Handle values (profiles, processes, samplers) fit in 32 bits, as on 64-bit Windows: each is a positive
+ * multiple of 4 below 2^31 (0x00400000..0x7FFFFFFC), so a handle kept in an int or a LONG and sign- or
+ * zero-extended back names the same object, and its low two bits are free for tags (clear them before passing
+ * the handle back). Only the low 32 bits of a HANDLE argument are significant: they are read as a LONG and
+ * sign-extended, whatever the upper half holds (so (HANDLE)(ULONG)-1 is NtCurrentProcess() too, and a value
+ * whose low half is 0 is NULL). At most 1,048,576 handles are open at once (the next creation gets
+ * STATUS_INSUFFICIENT_RESOURCES). A closed handle stays invalid (STATUS_INVALID_HANDLE): its value comes back
+ * only after its slot has been reused 511 times, and a slot is reused only once 4096 other handles were closed
+ * after it (unless all 1,048,576 are open). See docs/api.md, "Handle values".
  *
  * Sources: the KPROFILE_SOURCE values of Windows keep their numbers; a source is supported when its perf event
  * opens on this machine (without a hardware PMU only ProfileTime, ProfileAlignmentFixup and the Linux software
@@ -747,6 +758,26 @@ _Static_assert(sizeof(NTPROFILE_BLOCKED_THREAD) == 88, "ntprofile_blocked_thread
  * bucket of the range (or the listing)". The same text the Rust API's errors give. A value the library does not
  * define gets a generic text for its severity; the result is never NULL and must not be freed or modified. */
 NTSYSCALLAPI const char *NTAPI NtprofileStatusMessage(NTSTATUS Status);
+
+/* RtlNtStatusToDosError -- the Win32 error code (a GetLastError value) Windows maps a status to, for every
+ * status this library returns: STATUS_SUCCESS 0, STATUS_ACCESS_VIOLATION and STATUS_DATATYPE_MISALIGNMENT 998
+ * (ERROR_NOACCESS), STATUS_INVALID_HANDLE and STATUS_OBJECT_TYPE_MISMATCH 6 (ERROR_INVALID_HANDLE),
+ * STATUS_INVALID_PARAMETER, STATUS_INVALID_PARAMETER_7 and STATUS_INVALID_CID 87 (ERROR_INVALID_PARAMETER),
+ * STATUS_ACCESS_DENIED 5, STATUS_BUFFER_TOO_SMALL 122, STATUS_BUFFER_OVERFLOW 234 (ERROR_MORE_DATA),
+ * STATUS_PRIVILEGE_NOT_HELD 1314, STATUS_INSUFFICIENT_RESOURCES 1450, STATUS_NOT_SUPPORTED 50,
+ * STATUS_INTERNAL_ERROR 1359, STATUS_NOT_FOUND 1168, STATUS_UNSUCCESSFUL 31, STATUS_NO_MEMORY 8; the three
+ * profiling statuses (NOT_STARTED, NOT_STOPPED, AT_LIMIT) have no Win32 equivalent and give 317
+ * (ERROR_MR_MID_NOT_FOUND), as on Windows. Other values: 0 and customer values (bit 29 set) come back unchanged,
+ * 0x8007xxxx and 0xC001xxxx give their low 16 bits, anything else 317. Also records Status as the calling
+ * thread's last status (RtlGetLastNtStatus). The table is in docs/api.md, "Status to Win32 error". */
+NTSYSAPI ULONG NTAPI RtlNtStatusToDosError(NTSTATUS Status);
+
+/* RtlNtStatusToDosErrorNoTeb -- the same conversion, without recording the status. */
+NTSYSAPI ULONG NTAPI RtlNtStatusToDosErrorNoTeb(NTSTATUS Status);
+
+/* RtlGetLastNtStatus -- the last status the calling thread passed to RtlNtStatusToDosError (0 before any). The
+ * profiling calls do not set it (on Windows neither do the system calls). */
+NTSYSAPI NTSTATUS NTAPI RtlGetLastNtStatus(VOID);
 
 #ifdef __cplusplus
 }

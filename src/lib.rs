@@ -78,6 +78,7 @@ pub mod sampler;
 pub mod source;
 pub mod status;
 mod status_message;
+mod status_win32;
 pub mod target;
 
 pub use affinity::{Affinity, CpuSet};

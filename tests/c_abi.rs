@@ -79,6 +79,8 @@ typedef NTSTATUS(NTAPI *sources_fn)(PNTPROFILE_SOURCE_INFO, ULONG, PULONG);
 typedef NTSTATUS(NTAPI *register_fn)(ULONG, ULONGLONG, ULONGLONG, ULONGLONG, PKPROFILE_SOURCE);
 typedef NTSTATUS(NTAPI *jitter_fn)(KPROFILE_SOURCE, ULONG);
 typedef const char *(NTAPI *message_fn)(NTSTATUS);
+typedef ULONG(NTAPI *dos_error_fn)(NTSTATUS);
+typedef NTSTATUS(NTAPI *last_status_fn)(void);
 
 /* The Windows base types have Windows widths. */
 typedef char check_dword[sizeof(DWORD) == 4 && (DWORD)-1 > 0 ? 1 : -1];
@@ -104,6 +106,8 @@ int ntprofile_header_check(int which)
     register_fn reg = NtprofileRegisterSource;
     jitter_fn jitter = NtprofileSetSourceJitter;
     message_fn message = NtprofileStatusMessage;
+    dos_error_fn dos_error[2] = {RtlNtStatusToDosError, RtlNtStatusToDosErrorNoTeb};
+    last_status_fn last_status = RtlGetLastNtStatus;
 
     GROUP_AFFINITY ga;
     CLIENT_ID cid;
@@ -177,6 +181,7 @@ int ntprofile_header_check(int which)
     case 9: return jitter(src, 0);
     case 10: return message(status)[0];
     case 11: return sources(listing, 1, &interval) + (any == any_const) + (int)u + n + flag + (int)dw;
+    case 12: return (int)dos_error[which & 1](status) + (int)last_status();
     default: return (int)sizeof(UCHAR) + (int)sizeof(BOOLEAN) + (int)sizeof(LONG) + (int)sizeof(ULONG_PTR) +
                     (int)sizeof(LONG_PTR) + (int)sizeof(SIZE_T) + (int)sizeof(PVOID);
     }
@@ -216,10 +221,10 @@ fn header_compiles_alone_as_c99_c11_and_cxx17() {
 // ---------------------------------------------------------------------------------------------------------
 
 fn is_api_name(name: &str) -> bool {
-    name.starts_with("Nt") || name.starts_with("Zw")
+    name.starts_with("Nt") || name.starts_with("Zw") || name.starts_with("Rtl")
 }
 
-/// Functions the header declares: identifiers starting with `Nt`/`Zw` followed by `(` in the preprocessed header
+/// Functions the header declares: identifiers starting with `Nt`/`Zw`/`Rtl` followed by `(` in the preprocessed header
 /// (the preprocessor has removed the function-like macros such as `NtCurrentProcess()`).
 fn declared_functions() -> BTreeSet<String> {
     let out = run_tool(
@@ -253,7 +258,7 @@ fn declared_functions() -> BTreeSet<String> {
     names
 }
 
-/// Functions the shared library exports with an NT name (`Nt*`, `Zw*`, `Ntprofile*`).
+/// Functions the shared library exports with an NT name (`Nt*`, `Zw*`, `Ntprofile*`, `Rtl*`).
 fn exported_functions(lib: &Path) -> BTreeSet<String> {
     let out = run_tool(Command::new("nm").args(["-D", "--defined-only"]).arg(lib));
     String::from_utf8_lossy(&out.stdout)
@@ -530,9 +535,15 @@ fn build_program(scratch: &Scratch, name: &str) -> PathBuf {
 
 /// Run a built program (one at a time), print its output, and return (success, stdout).
 fn run_program(exe: &Path) -> (bool, String) {
+    run_program_with(exe, &[], RUN_TIMEOUT)
+}
+
+/// [`run_program`] with arguments and a timeout of its own.
+fn run_program_with(exe: &Path, args: &[&str], timeout: Duration) -> (bool, String) {
     let _serial = RUN_SERIAL.lock().unwrap_or_else(PoisonError::into_inner);
     let started = Instant::now();
     let mut child = Command::new(exe)
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -554,7 +565,7 @@ fn run_program(exe: &Path) -> (bool, String) {
         if let Some(status) = child.try_wait().expect("wait for the child") {
             break Some(status);
         }
-        if started.elapsed() > RUN_TIMEOUT {
+        if started.elapsed() > timeout {
             let _ = child.kill();
             let _ = child.wait();
             break None;
@@ -581,7 +592,7 @@ fn run_program(exe: &Path) -> (bool, String) {
             println!(
                 "{}: killed after {:.0} s",
                 exe.display(),
-                RUN_TIMEOUT.as_secs_f64()
+                timeout.as_secs_f64()
             );
             (false, out)
         }
@@ -616,6 +627,32 @@ fn run_checks(name: &str) {
 #[test]
 fn conformance_c() {
     run_checks("conformance");
+}
+
+/// `ffi/handles.c`: every kind of handle (profile, process, sampler) reaches its object when kept in 32 bits
+/// (sign- or zero-extended, or with garbage above), a stale handle after its slot's reuse is refused, the
+/// table holds exactly 1,048,576 handles, and `RtlNtStatusToDosError` maps every status as Windows does.
+#[test]
+fn handles_c() {
+    run_checks("handles");
+}
+
+/// `ffi/handles.c limit`: the C API's handle table holds exactly 1,048,576 handles, then
+/// `STATUS_INSUFFICIENT_RESOURCES`; a close makes room. A million creations (each probes its buffer against
+/// `/proc/self/maps`) take about two minutes on a loaded two-core machine, hence a timeout of its own.
+#[test]
+fn handle_table_limit_c() {
+    let scratch = Scratch::new("handles_limit");
+    let exe = build_program(&scratch, "handles");
+    let (ok, out) = run_program_with(&exe, &["limit"], Duration::from_secs(900));
+    assert!(
+        ok && out.trim_end().ends_with(" passed, 0 failed"),
+        "ffi/handles.c limit failed:\n{out}"
+    );
+    assert!(
+        out.contains("1048575 handles open with one more held, then 0xC000009A"),
+        "{out}"
+    );
 }
 
 /// The sampler extension from C (`ffi/sampler.c`): a forked child and its own child sampled to their exit,

@@ -20,7 +20,13 @@ use std::path::{Path, PathBuf};
 /// `api::Process` and is exported by `ffi`; the handle table holds its C object type-erased).
 const LAYERS: &[&[&str]] = &[
     &["perf"],
-    &["status", "status_message", "buckets", "error"],
+    &[
+        "status",
+        "status_message",
+        "status_win32",
+        "buckets",
+        "error",
+    ],
     &["source", "affinity", "target", "modules"],
     &["engine"],
     &["profile"],

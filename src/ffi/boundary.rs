@@ -14,6 +14,13 @@ pub(crate) const CURRENT_PROCESS: usize = usize::MAX;
 /// `NtCurrentThread()`.
 pub(crate) const CURRENT_THREAD: usize = usize::MAX - 1;
 
+/// The value a `HANDLE` argument stands for: only its low 32 bits count, sign-extended (see
+/// `handles::significant`), so a handle kept in 32 bits reaches the same object and `(HANDLE)(LONG)-1` is
+/// `NtCurrentProcess()`.
+pub(crate) fn handle_arg(handle: Handle) -> usize {
+    crate::handles::significant(handle as usize)
+}
+
 /// Run `f` behind the panic boundary.
 pub(crate) fn boundary(f: impl FnOnce() -> Result<(), NtStatus>) -> i32 {
     match catch_unwind(AssertUnwindSafe(f)) {

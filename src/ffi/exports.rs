@@ -11,9 +11,11 @@
 //!
 //! Every export of the C ABI is reachable here, as `ntprofile::ffi::exports::NAME`; each is written in the file of
 //! its topic (`profile_exports`, `source_exports`, `module_exports`) and re-exported, and this file holds
-//! `NtprofileStatusMessage` and the `Zw` aliases.
+//! `NtprofileStatusMessage`, the status conversions of ntdll (`RtlNtStatusToDosError`,
+//! `RtlNtStatusToDosErrorNoTeb`, `RtlGetLastNtStatus`) and the `Zw` aliases.
 #![allow(unsafe_code)]
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::panic::catch_unwind;
 
@@ -36,6 +38,37 @@ pub extern "C" fn NtprofileStatusMessage(status: i32) -> *const std::ffi::c_char
     catch_unwind(|| NtStatus(status).message_cstr())
         .unwrap_or(c"STATUS_INTERNAL_ERROR: the status text could not be produced")
         .as_ptr()
+}
+
+/// `ERROR_INTERNAL_ERROR`: what the conversions return if they themselves failed (a caught panic), as
+/// `STATUS_INTERNAL_ERROR` maps.
+const ERROR_INTERNAL_ERROR: u32 = 1359;
+
+thread_local! {
+    /// The last status this thread passed to `RtlNtStatusToDosError` (Windows keeps it in the thread's TEB).
+    static LAST_STATUS: Cell<i32> = const { Cell::new(0) };
+}
+
+/// `RtlNtStatusToDosErrorNoTeb` — the Win32 error code Windows maps a status to (`ERROR_INVALID_HANDLE` for
+/// `STATUS_INVALID_HANDLE`, ...; `ERROR_MR_MID_NOT_FOUND` (317) for a status without one). Records nothing.
+#[unsafe(no_mangle)]
+pub extern "C" fn RtlNtStatusToDosErrorNoTeb(status: i32) -> u32 {
+    catch_unwind(|| NtStatus(status).to_dos_error()).unwrap_or(ERROR_INTERNAL_ERROR)
+}
+
+/// `RtlNtStatusToDosError` — the same conversion, which also records `status` as this thread's last status
+/// (`RtlGetLastNtStatus`), as Windows does.
+#[unsafe(no_mangle)]
+pub extern "C" fn RtlNtStatusToDosError(status: i32) -> u32 {
+    let _ = LAST_STATUS.try_with(|last| last.set(status));
+    RtlNtStatusToDosErrorNoTeb(status)
+}
+
+/// `RtlGetLastNtStatus` — the last status this thread passed to `RtlNtStatusToDosError` (0 before any). The
+/// profiling calls themselves do not set it, as on Windows, where only the conversion records it.
+#[unsafe(no_mangle)]
+pub extern "C" fn RtlGetLastNtStatus() -> i32 {
+    LAST_STATUS.try_with(Cell::get).unwrap_or(0)
 }
 
 macro_rules! zw_aliases {

@@ -9,7 +9,7 @@
 use std::ffi::{c_char, c_void};
 use std::sync::Arc;
 
-use super::boundary::{CURRENT_PROCESS, CURRENT_THREAD, Handle, boundary};
+use super::boundary::{CURRENT_PROCESS, CURRENT_THREAD, Handle, boundary, handle_arg};
 use super::probe;
 use crate::handles::{Object, table};
 use crate::status::NtStatus;
@@ -123,7 +123,7 @@ pub extern "C" fn NtprofileEnumerateModules(
 ) -> i32 {
     boundary(|| {
         probe::probe_write(return_length as usize, 4)?;
-        let list = Scope::of(process_handle as usize)?.modules()?;
+        let list = Scope::of(handle_arg(process_handle))?.modules()?;
         let needed = u32::try_from(list.len() * MODULE_INFO_SIZE)
             .map_err(|_| NtStatus::INSUFFICIENT_RESOURCES)?;
         if length < needed {
@@ -182,7 +182,7 @@ pub extern "C" fn NtprofileFindFunction(
         probe::probe_write(size as usize, std::mem::size_of::<usize>())?;
         let function = name_arg(function_name as usize)?.ok_or(NtStatus::INVALID_PARAMETER)?;
         let module = name_arg(module_name as usize)?;
-        let symbol = match Scope::of(process_handle as usize)? {
+        let symbol = match Scope::of(handle_arg(process_handle))? {
             Scope::Current => crate::modules::find_function(None, module.as_deref(), &function)?,
             Scope::Kernel => crate::modules::find_kernel_function(module.as_deref(), &function)?,
             Scope::Process(None) => return Err(NtStatus::NOT_FOUND),

@@ -10,7 +10,7 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use super::boundary::{CURRENT_PROCESS, CURRENT_THREAD, Handle, boundary};
+use super::boundary::{CURRENT_PROCESS, CURRENT_THREAD, Handle, boundary, handle_arg};
 use super::probe;
 use crate::affinity::{Affinity, current_group, online_cpus};
 use crate::engine::counters::CounterStorage;
@@ -126,7 +126,7 @@ pub extern "C" fn NtCreateProfile(
     boundary(|| {
         create(
             profile_handle as usize,
-            process as usize,
+            handle_arg(process),
             profile_base as usize,
             profile_size,
             bucket_size,
@@ -155,7 +155,7 @@ pub extern "C" fn NtCreateProfileEx(
     boundary(|| {
         create(
             profile_handle as usize,
-            process as usize,
+            handle_arg(process),
             profile_base as usize,
             profile_size,
             bucket_size,
@@ -172,11 +172,12 @@ pub(crate) fn with_profile(
     f: impl FnOnce(&Arc<ProfileCore>) -> Result<(), NtStatus>,
 ) -> Result<(), NtStatus> {
     // The pseudo-handles name the current process and thread: objects of another type.
-    if matches!(handle as usize, CURRENT_PROCESS | CURRENT_THREAD) {
+    let handle = handle_arg(handle);
+    if matches!(handle, CURRENT_PROCESS | CURRENT_THREAD) {
         return Err(NtStatus::OBJECT_TYPE_MISMATCH);
     }
     let table = table();
-    match table.get(handle as usize)? {
+    match table.get(handle)? {
         Object::Profile(core) => f(core),
         Object::Process(_) | Object::Sampler(_) => Err(NtStatus::OBJECT_TYPE_MISMATCH),
     }
@@ -250,11 +251,12 @@ pub extern "C" fn NtStopProfile(profile_handle: Handle) -> i32 {
 #[unsafe(no_mangle)]
 pub extern "C" fn NtClose(handle: Handle) -> i32 {
     boundary(|| {
-        if matches!(handle as usize, CURRENT_PROCESS | CURRENT_THREAD) {
+        let handle = handle_arg(handle);
+        if matches!(handle, CURRENT_PROCESS | CURRENT_THREAD) {
             return Ok(());
         }
         let mut table = table();
-        match table.remove(handle as usize)? {
+        match table.remove(handle)? {
             Object::Profile(core) => {
                 if core.is_started() {
                     let _ = core.stop();

@@ -20,7 +20,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::boundary::{CURRENT_PROCESS, CURRENT_THREAD, Handle, boundary};
+use super::boundary::{CURRENT_PROCESS, CURRENT_THREAD, Handle, boundary, handle_arg};
 use super::probe;
 use super::sampler_records::{KNOWN_FLAGS, c_record, read_config};
 pub use super::sampler_records::{
@@ -69,12 +69,13 @@ thread_local! {
 /// thread is refused (`STATUS_INVALID_PARAMETER`): it would wait for itself.
 fn lookup(handle: Handle) -> Result<Arc<Shared>, NtStatus> {
     // The pseudo-handles name the current process and thread: objects of another type (as for NtStartProfile).
-    if matches!(handle as usize, CURRENT_PROCESS | CURRENT_THREAD) {
+    let handle = handle_arg(handle);
+    if matches!(handle, CURRENT_PROCESS | CURRENT_THREAD) {
         return Err(NtStatus::OBJECT_TYPE_MISMATCH);
     }
     let object = {
         let table = table();
-        match table.get(handle as usize)? {
+        match table.get(handle)? {
             Object::Sampler(any) => any.clone(),
             Object::Profile(_) | Object::Process(_) => {
                 return Err(NtStatus::OBJECT_TYPE_MISMATCH);

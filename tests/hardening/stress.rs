@@ -182,8 +182,14 @@ fn caller(slots: &[Slot], seed: u64, deadline: Instant, tally: &Tally) {
             _ => {
                 let _g = slot.lock.read().unwrap();
                 let h = slot.handle.load(Ordering::Relaxed);
-                // Now and then a handle value that is not live (0, or a closed one from another slot's past).
-                let h = if rng.below(20) == 0 { h ^ (1 << 32) } else { h };
+                // Now and then a handle value that is not live: 0 stays 0, a handle's table slot under another
+                // generation (bit 22 flipped) is a closed handle of that slot's past or future. (Bits above 31
+                // would not do: only a handle's low 32 bits are read.)
+                let h = if h != 0 && rng.below(20) == 0 {
+                    h ^ (1 << 22)
+                } else {
+                    h
+                };
                 let hp = h as *mut c_void;
                 match op {
                     22..=49 => {
