@@ -47,7 +47,7 @@ pub struct BlockedThread {
 
 /// Reads blocked threads; keeps each thread's `/proc` files open between readings (a reading is then four
 /// system calls: the thread's run counts, its syscall file, one `process_vm_readv` per 4 MiB of stack, its
-/// run counts again).
+/// run counts again), for up to 512 threads at a time (two descriptors each).
 #[derive(Debug, Default)]
 pub struct BlockedThreadReader {
     files: HashMap<(u32, u32), ThreadFiles>,
@@ -66,6 +66,10 @@ struct ThreadFiles {
 
 /// The pages a stack copy is split into, so that a copy that runs past the stack's end stops there.
 const PAGE: u64 = 4096;
+/// The most threads whose files a reader keeps open (two descriptors each): past it they are all closed and
+/// opened again as needed, so that a program that creates and ends threads by the thousand cannot exhaust the
+/// caller's descriptors with the files of threads long gone.
+const MAX_OPEN: usize = 512;
 /// The most iovecs one `process_vm_readv` takes (the kernel's `UIO_MAXIOV`): 4 MiB of pages per call.
 const MAX_PIECES: usize = 1024;
 
@@ -112,6 +116,9 @@ impl BlockedThreadReader {
         stack: &mut [u8],
     ) -> Result<Option<BlockedThread>, Error> {
         let BlockedThreadReader { files, pieces } = self;
+        if files.len() >= MAX_OPEN && !files.contains_key(&(pid, tid)) {
+            files.clear();
+        }
         let files = match files.entry((pid, tid)) {
             Entry::Occupied(e) => e.into_mut(),
             Entry::Vacant(v) => {

@@ -371,3 +371,49 @@ fn blocked_helper() {
     report("worker_stack", copied.to_string());
     report("leader", hex(r.leader));
 }
+
+/// A reader of many threads keeps a bounded number of files open: 600 threads read once each leave at most the
+/// files of 512 threads (two descriptors each) open, not 1200 descriptors.
+#[test]
+fn a_reader_of_many_threads_keeps_a_bounded_number_of_files_open() {
+    // No sampling test opens its events meanwhile (they hold the lock): the descriptor count is this test's.
+    let _serial = common::serial();
+    let open_fds = || std::fs::read_dir("/proc/self/fd").unwrap().count();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = Arc::new(std::sync::Mutex::new(go_rx));
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel::<u32>();
+    let threads: Vec<_> = (0..600)
+        .map(|_| {
+            let (rx, tx) = (Arc::clone(&go_rx), tid_tx.clone());
+            std::thread::Builder::new()
+                .stack_size(64 << 10)
+                .spawn(move || {
+                    tx.send(gettid()).unwrap();
+                    let _ = rx.lock().unwrap().recv();
+                })
+                .unwrap()
+        })
+        .collect();
+    let tids: Vec<u32> = (0..600).map(|_| tid_rx.recv().unwrap()).collect();
+    let before = open_fds();
+    let mut reader = BlockedThreadReader::new();
+    let mut stack = vec![0u8; 256];
+    let mut peak = 0;
+    for &tid in &tids {
+        reader
+            .read(std::process::id(), tid, &mut stack)
+            .expect("read");
+        peak = peak.max(open_fds().saturating_sub(before));
+    }
+    drop(go_tx);
+    for t in threads {
+        t.join().unwrap();
+    }
+    println!("at most {peak} descriptors open for 600 threads read");
+    // A margin of 64 for the other tests of this binary that run meanwhile without sampling.
+    assert!(peak <= 2 * 512 + 64, "{peak} descriptors open");
+    assert!(
+        peak >= 2 * 100,
+        "the files are kept open between readings: {peak}"
+    );
+}
