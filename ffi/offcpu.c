@@ -2,7 +2,9 @@
  * offcpu.c -- off-CPU profiling from C (docs/api.md section 8, "A blocked thread" and the C part): the sampler's
  * NTPROFILE_SAMPLER_SWITCH records of a forked child that sleeps, NtprofileReadBlockedThread on a sleeping child,
  * a spinning thread and threads that do not exist, every pointer check of NtprofileReadBlockedThread in its
- * documented order, and descriptors back to their baseline at the end. Every check prints one line; the last
+ * documented order; the calling thread itself (running), a zombie and a kernel thread (STATUS_INVALID_CID), a
+ * 1 MiB stack copy, a thread that runs during the copy (never reported blocked with two generations of its
+ * stack); and descriptors back to their baseline at the end. Every check prints one line; the last
  * line is "N passed, M failed" and the exit status is non-zero when anything failed.
  *
  * Build: gcc -O2 -std=c11 -I include ffi/offcpu.c -L <dir> -lntprofile -Wl,-rpath,<dir>
@@ -612,6 +614,139 @@ static void blocked_thread(void)
           "%d in a system call, %d running with a copy", in_syscall, bad_running);
 }
 
+/* ------------------------------------------------------------------------------------------------------------
+ * 4. NtprofileReadBlockedThread at its edges: the caller itself, a zombie, a kernel thread, a 1 MiB copy, and a
+ *    thread that runs during the copy.
+ * ---------------------------------------------------------------------------------------------------------- */
+
+#define DEEP_BYTES (3u << 20)
+#define ONE_MIB (1u << 20)
+#define STAMP_WORDS (24u << 10) /* 192 KiB of stamps */
+
+static UCHAR big_copy[ONE_MIB];
+static volatile pid_t deep_tid, stamper_tid;
+static volatile uintptr_t stamp_region;
+static volatile int stamping;
+static int deep_pipe[2];
+
+/* Blocks in read with 3 MiB of its stack above the call. */
+static void *deep_thread(void *arg)
+{
+    (void)arg;
+    volatile UCHAR *deep = __builtin_alloca(DEEP_BYTES);
+    deep[0] = 1;
+    deep[DEEP_BYTES - 1] = 1;
+    deep_tid = (pid_t)syscall(SYS_gettid);
+    char c;
+    if (read(deep_pipe[0], &c, 1) != 1)
+        exit(2);
+    return (void *)(uintptr_t)deep[0];
+}
+
+/* Stamps a generation number on every page of 192 KiB of its stack, then sleeps 20 us or 1 ms by turns. */
+static void *stamp_thread(void *arg)
+{
+    (void)arg;
+    volatile ULONGLONG *words = __builtin_alloca(STAMP_WORDS * 8);
+    stamp_region = (uintptr_t)words;
+    stamper_tid = (pid_t)syscall(SYS_gettid);
+    for (ULONGLONG g = 1; stamping; g++) {
+        for (unsigned i = 0; i < STAMP_WORDS; i += 512)
+            words[i] = g;
+        struct timespec t = {0, g % 2 ? 1000000L : 20000L};
+        nanosleep(&t, NULL);
+    }
+    return NULL;
+}
+
+static void edges(void)
+{
+    printf("-- NtprofileReadBlockedThread: the caller, a zombie, a kernel thread\n");
+    NTPROFILE_BLOCKED_THREAD info;
+    NTSTATUS st = NtprofileReadBlockedThread((ULONG)getpid(), (ULONG)syscall(SYS_gettid), stack_copy, 64, &info);
+    CHECK("the calling thread itself: STATUS_SUCCESS with NTPROFILE_BLOCKED_RUNNING",
+          st == STATUS_SUCCESS && info.Flags == NTPROFILE_BLOCKED_RUNNING && info.StackSize == 0,
+          "status 0x%08X, Flags 0x%x, Syscall %llu", (unsigned)st, (unsigned)info.Flags,
+          (unsigned long long)info.Syscall);
+    pid_t z = fork();
+    if (z == 0)
+        _exit(0);
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    waitid(P_PID, (id_t)z, &si, WEXITED | WNOWAIT); /* exited, not reaped: a zombie */
+    EXPECT("a zombie child", NtprofileReadBlockedThread((ULONG)z, (ULONG)z, stack_copy, 64, &info),
+           STATUS_INVALID_CID);
+    waitpid(z, NULL, 0);
+    EXPECT("kthreadd (pid 2), a kernel thread", NtprofileReadBlockedThread(2, 2, stack_copy, 64, &info),
+           STATUS_INVALID_CID);
+
+    printf("-- a 1 MiB stack copy\n");
+    pthread_t thread;
+    if (pipe(deep_pipe) != 0)
+        exit(2);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 16u << 20);
+    if (pthread_create(&thread, &attr, deep_thread, NULL) != 0)
+        exit(2);
+    while (deep_tid == 0)
+        pause_ms(1);
+    st = STATUS_UNSUCCESSFUL;
+    for (int i = 0; i < 2000; i++) {
+        st = NtprofileReadBlockedThread((ULONG)getpid(), (ULONG)deep_tid, big_copy, ONE_MIB, &info);
+        if (st != STATUS_SUCCESS || (info.Flags & NTPROFILE_BLOCKED_IN_SYSCALL))
+            break;
+        pause_ms(1);
+    }
+    CHECK("a thread with 3 MiB of stack above its wait, a 1 MiB buffer: StackSize 1 MiB",
+          st == STATUS_SUCCESS && info.StackSize == ONE_MIB, "status 0x%08X, StackSize %u", (unsigned)st,
+          (unsigned)info.StackSize);
+    if (write(deep_pipe[1], "x", 1) != 1)
+        exit(2);
+    pthread_join(thread, NULL);
+    close(deep_pipe[0]);
+    close(deep_pipe[1]);
+
+    printf("-- a thread that runs during the copy\n");
+    stamping = 1;
+    if (pthread_create(&thread, &attr, stamp_thread, NULL) != 0)
+        exit(2);
+    pthread_attr_destroy(&attr);
+    while (stamper_tid == 0)
+        pause_ms(1);
+    long whole = 0, mixed = 0, running = 0, failed = 0;
+    ULONGLONG end = now_ns() + 3000000000ull;
+    while (now_ns() < end) {
+        st = NtprofileReadBlockedThread((ULONG)getpid(), (ULONG)stamper_tid, big_copy, ONE_MIB, &info);
+        if (st != STATUS_SUCCESS) {
+            failed++;
+            continue;
+        }
+        if (info.Flags & NTPROFILE_BLOCKED_RUNNING) {
+            running++;
+            continue;
+        }
+        ULONGLONG at = stamp_region - info.UserSp;
+        if (stamp_region < info.UserSp || at + STAMP_WORDS * 8 > info.StackSize)
+            continue;
+        ULONGLONG first, v;
+        memcpy(&first, big_copy + at, 8);
+        int same = 1;
+        for (unsigned i = 0; i < STAMP_WORDS; i += 512) {
+            memcpy(&v, big_copy + at + i * 8, 8);
+            same &= v == first;
+        }
+        if (same)
+            whole++;
+        else
+            mixed++;
+    }
+    stamping = 0;
+    pthread_join(thread, NULL);
+    CHECK("no reading reported blocked holds two generations of the stack", mixed == 0 && failed == 0 && whole > 0,
+          "%ld of one generation, %ld of two, %ld running or ran, %ld failed", whole, mixed, running, failed);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -619,6 +754,7 @@ int main(void)
     switch_records();
     flags();
     blocked_thread();
+    edges();
     int after = count_fds();
     CHECK("descriptors back to the baseline after NtClose", after == fds, "%d before, %d after", fds, after);
     return checks_summary();

@@ -711,12 +711,13 @@ NTSYSCALLAPI NTSTATUS NTAPI NtprofileQuerySamplerStatistics(HANDLE SamplerHandle
 /* NtprofileReadBlockedThread -- where thread Tid of process Pid waits, without stopping it (for off-CPU
  * profilers: call it at the thread's Switch-out record). Reads /proc/PID/task/TID/syscall and copies up to
  * StackBufferSize bytes of its user stack from UserSp (process_vm_readv); needs the right to trace the thread
- * (same user). STATUS_SUCCESS with NTPROFILE_BLOCKED_RUNNING when the thread runs (its wait is over). The frame
+ * (same user). STATUS_SUCCESS with NTPROFILE_BLOCKED_RUNNING when the thread runs, ran during the reading (its
+ * wait is over: a copy never mixes two moments of its stack) or is the calling thread itself. The frame
  * pointer is not readable this way: unwind the stack with CFI. Errors, in order: Info NULL ->
  * STATUS_ACCESS_VIOLATION, misaligned -> STATUS_DATATYPE_MISALIGNMENT, not writable -> STATUS_ACCESS_VIOLATION;
  * StackBuffer NULL with a size -> STATUS_INVALID_PARAMETER, not writable -> STATUS_ACCESS_VIOLATION (any
- * alignment is fine; NULL with size 0 copies nothing); no such thread -> STATUS_INVALID_CID; not allowed ->
- * STATUS_ACCESS_DENIED. */
+ * alignment is fine; NULL with size 0 copies nothing); no thread to read (it exited, is a zombie, or is a
+ * kernel thread) -> STATUS_INVALID_CID; not allowed -> STATUS_ACCESS_DENIED. */
 #define NTPROFILE_BLOCKED_IN_SYSCALL 0x1u /* Syscall and Arguments are valid */
 #define NTPROFILE_BLOCKED_RUNNING    0x2u /* the thread was running: nothing else is valid */
 

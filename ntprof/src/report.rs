@@ -59,6 +59,10 @@ pub struct OffCpuReport {
     pub reads: u64,
     /// Readings that found the thread running again (its wait was shorter than the reading's delay).
     pub missed: u64,
+    /// Readings refused because this user may not read the thread (a non-dumpable process, another user's):
+    /// their waits are under `[wait not read]` too, but not for lateness.
+    #[serde(default)]
+    pub denied: u64,
     /// Switch records the kernel dropped (a full ring).
     pub lost: u64,
     /// Per process, in the order of [`Report::processes`], those with off-CPU time.

@@ -72,6 +72,7 @@ mod build;
 mod builder;
 mod lost;
 mod open;
+mod thread_state;
 mod wait;
 
 use std::ops::ControlFlow;

@@ -21,6 +21,7 @@ mod cbuild;
 #[path = "../common/mod.rs"]
 mod common;
 
+mod blocked;
 mod errors;
 mod promises;
 mod stacks;

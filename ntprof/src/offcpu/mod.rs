@@ -99,7 +99,10 @@ pub struct WatchStats {
     pub reads: u64,
     /// Readings that found the thread running again (its wait was over).
     pub missed: u64,
-    /// Intervals whose thread could not be read for another reason (it exited, access was refused).
+    /// Readings refused because the thread may not be read by this user (its process made itself
+    /// non-dumpable, changed its user or runs a set-uid program): not late readings.
+    pub denied: u64,
+    /// Readings that failed for another reason (the thread exited).
     pub refused: u64,
     /// Records the kernel dropped in the watcher's rings.
     pub lost: u64,

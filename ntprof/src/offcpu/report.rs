@@ -25,6 +25,14 @@ fn limits(w: &OffCpu) -> Vec<String> {
                  [wait not read] ({} of {} readings came too late)",
                 w.stats.missed, w.stats.reads
             ));
+            if w.stats.denied > 0 {
+                out.push(format!(
+                    "unprivileged: {} of {} readings were refused, not late: this user may not read the thread \
+                     (its process made itself non-dumpable, changed its user or runs a set-uid program); those \
+                     waits keep their exact time under [wait not read]",
+                    w.stats.denied, w.stats.reads
+                ));
+            }
             out.push(
                 "unprivileged: blocking stacks are unwound from the stack and instruction pointers with the \
                  modules' CFI (a blocked thread's frame pointer cannot be read without stopping it); the kernel \
@@ -119,6 +127,7 @@ pub fn build(t: &Tracker, w: &OffCpu, processes: &[ProcessReport]) -> Option<Off
         switches: w.stats.switches,
         reads: w.stats.reads,
         missed: w.stats.missed,
+        denied: w.stats.denied,
         lost: w.stats.lost,
         processes: procs,
         threads,

@@ -248,6 +248,9 @@ impl Watch {
                         .push(Capture { t0, t1, place });
                 }
                 Ok(None) => self.stats.missed += 1,
+                Err(e) if e.status() == ntprofile::NtStatus::ACCESS_DENIED => {
+                    self.stats.denied += 1
+                }
                 Err(_) => self.stats.refused += 1,
             }
         }

@@ -23,6 +23,9 @@ pub fn attach(args: &AttachArgs) -> Result<Outcome, Failure> {
             pids.push(p);
         }
     }
+    if let Some(failure) = pids.iter().find_map(|&p| not_a_user_process(p)) {
+        return Err(failure);
+    }
     let processes: Vec<Process> = pids
         .iter()
         .map(|&p| Process::open(p).map_err(|e| explain("opening the process", &e, Some(p))))
@@ -289,6 +292,43 @@ fn wait_attached(
             last_progress = Instant::now();
         }
     }
+}
+
+/// `PF_KTHREAD` in the flags of `/proc/PID/stat`: a kernel thread.
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// Why pid `pid` has nothing a user-space profile could sample, if so: a kernel thread, or a process that has
+/// exited and waits for its parent to reap it (a zombie: every thread gone). Read from `/proc/PID/stat`,
+/// which everyone may read; `None` for a live process or a pid that cannot be read (the open says why).
+fn not_a_user_process(pid: u32) -> Option<Failure> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let open = stat.find('(')?;
+    let close = stat.rfind(')')?;
+    let comm = stat.get(open + 1..close)?;
+    let fields: Vec<&str> = stat.get(close + 2..)?.split(' ').collect();
+    let (state, ppid) = (*fields.first()?, *fields.get(1)?);
+    let flags: u64 = fields.get(6)?.parse().ok()?;
+    if flags & PF_KTHREAD != 0 {
+        return Some(Failure::new(
+            EXIT_FAILURE,
+            format!(
+                "pid {pid} is a kernel thread ({comm}): it runs no user code, so attaching to it has nothing \
+                 to sample.\n  Fix: use ntprof record --kernel to profile the kernel, kernel threads included \
+                 (it needs root or CAP_PERFMON)"
+            ),
+        ));
+    }
+    // A process whose main thread ended with pthread_exit also reads Z while its other threads run.
+    if state == "Z" && procs::live_threads(pid).is_empty() {
+        return Some(Failure::new(
+            EXIT_FAILURE,
+            format!(
+                "pid {pid} has exited and not been reaped (zombie): {comm} runs no more, nothing of it is \
+                 left to profile; its parent (pid {ppid}) has not collected its exit status"
+            ),
+        ));
+    }
+    None
 }
 
 fn join(pids: &[u32]) -> String {

@@ -99,12 +99,19 @@ fn explain(what: &str, err: &ntprofile::Error, pid: Option<u32>) -> Failure {
     }
     if status == NtStatus::ACCESS_DENIED {
         let who = pid.map_or(String::new(), |p| format!(" process {p}"));
+        // The owner's own process may be closed to them too: a process that made itself non-dumpable.
+        let why = match pid.and_then(real_uid) {
+            Some(uid) if uid == nix::unistd::geteuid().as_raw() => {
+                "it is this user's, but made itself non-dumpable (prctl PR_SET_DUMPABLE 0), changed its \
+                 credentials or runs a set-uid program"
+            }
+            _ => "it belongs to another user (or kernel.yama.ptrace_scope forbids it)",
+        };
         return Failure::new(
             EXIT_FAILURE,
             format!(
-                "{base}\n  not allowed to profile{who}: it belongs to another user (or \
-                 kernel.yama.ptrace_scope forbids it).\n  Fix: run ntprof as the process's owner, or as root / \
-                 with CAP_PERFMON"
+                "{base}\n  not allowed to profile{who}: {why}.\n  Fix: run ntprof as the process's owner, or as \
+                 root / with CAP_PERFMON"
             ),
         );
     }
@@ -128,6 +135,13 @@ fn explain(what: &str, err: &ntprofile::Error, pid: Option<u32>) -> Failure {
         );
     }
     Failure::new(EXIT_FAILURE, base)
+}
+
+/// The real user of process `pid` (`/proc/PID/status`, readable by everyone).
+fn real_uid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The report of a finished session.

@@ -2,7 +2,7 @@
 //! count): their keys are small integers chosen by the kernel and by ntprof, not by an adversary, so the
 //! standard library's DoS-resistant SipHash buys nothing and costs a good part of a sample's budget.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// A multiply-and-rotate hasher over 64-bit words (the Fx hash of the Rust compiler, written out).
@@ -43,6 +43,9 @@ impl Hasher for FastHasher {
 
 /// A HashMap with [`FastHasher`].
 pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+
+/// A HashSet with [`FastHasher`].
+pub type FastSet<K> = HashSet<K, BuildHasherDefault<FastHasher>>;
 
 #[cfg(test)]
 mod tests {

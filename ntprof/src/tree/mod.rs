@@ -214,6 +214,14 @@ impl Tracker {
         time: u64,
     ) -> u32 {
         let p = self.processes.add(pid, ppid, comm, time, Space::default());
+        // Its threads now (the main thread may have ended already, with pthread_exit); a process that cannot
+        // be read any more keeps its main thread alone, whose exit then ends it.
+        let live = procs::live_threads(pid);
+        if !live.is_empty() {
+            let threads = &mut self.processes.list[p as usize].threads;
+            threads.clear();
+            threads.extend(live);
+        }
         for m in maps {
             self.map(
                 p,
@@ -345,9 +353,13 @@ impl Tracker {
                     self.processes.rename(p, &comm);
                 }
             }
-            Event::Fork { pid, ppid, .. } => {
+            Event::Fork { pid, ppid, tid } => {
                 if pid == ppid {
-                    return; // a thread
+                    // A thread: the process lives until its last thread exits.
+                    if let Some(p) = self.processes.get(pid) {
+                        self.processes.thread_started(p, tid);
+                    }
+                    return;
                 }
                 if !self.follow {
                     self.processes.not_followed.push(pid);
@@ -361,8 +373,10 @@ impl Tracker {
                 self.processes.fork(ppid, pid, time);
             }
             Event::Exit { pid, tid } => {
-                if pid == tid
-                    && let Some(p) = self.processes.get(pid)
+                // A thread ended (`pid == tid`: the main thread, which may end before the others); the process
+                // ends with its last thread.
+                if let Some(p) = self.processes.get(pid)
+                    && self.processes.thread_exited(p, tid)
                 {
                     self.processes.exit(p, time);
                     self.unwinding.forget(p);

@@ -4,8 +4,13 @@
 //! to its exit; a pid the kernel reuses later is another process. Its *images* are what it ran: the command it
 //! inherited at fork, then each program it exec'd (`sh` → `gzip`). Samples are attributed to an image, so that
 //! the report can merge them by command as `perf report --sort comm` does.
+//!
+//! A process ends with its last thread, not with its main thread: the kernel reports the exit of each thread
+//! (`pid == tid` is the main thread's), and a main thread that ends with `pthread_exit` — common in servers —
+//! leaves the others running in the same address space. So the model keeps each process's live threads (those
+//! it had when first seen, then each thread's creation and exit) and ends the process when none is left.
 
-use super::hash::FastMap;
+use super::hash::{FastMap, FastSet};
 use super::space::Space;
 
 /// One process of the run.
@@ -28,6 +33,8 @@ pub struct Process {
     pub exit_ns: Option<u64>,
     /// Its executable address space (dropped at its exit).
     pub space: Space,
+    /// Its live threads (tids); the process exits with the last of them.
+    pub threads: FastSet<u32>,
 }
 
 /// What a process ran between two execs.
@@ -75,6 +82,7 @@ impl Processes {
             start_ns: time,
             exit_ns: None,
             space,
+            threads: std::iter::once(pid).collect(),
         });
         self.by_pid.insert(pid, index);
         index
@@ -113,7 +121,22 @@ impl Processes {
             .expect("a process has an image from its creation")
     }
 
-    /// Process `p` exec'd `comm`: a new image, an empty address space (the new image's mappings follow).
+    /// Thread `tid` of process `p` started (a thread created by a thread of the process, or one found running
+    /// when the process was first seen).
+    pub fn thread_started(&mut self, p: u32, tid: u32) {
+        self.list[p as usize].threads.insert(tid);
+    }
+
+    /// Thread `tid` of process `p` exited; true when it was the last one: the process has exited.
+    pub fn thread_exited(&mut self, p: u32, tid: u32) -> bool {
+        let threads = &mut self.list[p as usize].threads;
+        threads.remove(&tid);
+        threads.is_empty()
+    }
+
+    /// Process `p` exec'd `comm`: a new image, an empty address space (the new image's mappings follow), and
+    /// one thread left, which has the process's id (an exec ends every other thread, and a thread other than
+    /// the main one that execs takes the process's id).
     pub fn exec(&mut self, p: u32, comm: &str) {
         let image = self.images.len() as u32;
         self.images.push(Image {
@@ -124,6 +147,8 @@ impl Processes {
         process.images.push(image);
         process.space.clear();
         process.cmdline = None;
+        process.threads.clear();
+        process.threads.insert(process.pid);
     }
 
     /// Process `p` renamed itself (`prctl(PR_SET_NAME)`): the current image takes the new name.
@@ -253,6 +278,31 @@ pub fn comm(pid: u32) -> Option<String> {
         .map(|s| s.trim_end_matches('\n').to_string())
 }
 
+/// The threads of process `pid` that have not exited (`/proc/PID/task`, less the zombies: a main thread that
+/// ended with `pthread_exit` stays listed, as a zombie, until the whole process exits); empty when the process
+/// cannot be read (it is gone).
+pub fn live_threads(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut tids: Vec<u32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|&tid| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat"))
+                .ok()
+                .and_then(|s| parse_state(&s))
+                .is_some_and(|state| state != 'Z' && state != 'X')
+        })
+        .collect();
+    tids.sort_unstable();
+    tids
+}
+
+/// Field 3 of a `/proc/PID/stat` line: the state letter (`R`, `S`, `Z`...), after the command's parentheses.
+pub fn parse_state(stat: &str) -> Option<char> {
+    stat.get(stat.rfind(')')? + 2..)?.chars().next()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,6 +336,43 @@ mod tests {
         let again = p.fork(100, 101, 30);
         assert_ne!(again, child);
         assert_eq!(p.get(101), Some(again));
+    }
+
+    #[test]
+    fn a_process_ends_with_its_last_thread_not_with_its_main_thread() {
+        let mut p = Processes::default();
+        let server = p.add(300, 1, "server", 0, Space::default());
+        p.thread_started(server, 301);
+        p.thread_started(server, 302);
+        // The main thread ends with pthread_exit: the process goes on.
+        assert!(!p.thread_exited(server, 300));
+        assert!(!p.thread_exited(server, 301));
+        // An exit reported for a thread the model never knew changes nothing.
+        assert!(!p.thread_exited(server, 999));
+        assert!(
+            p.thread_exited(server, 302),
+            "the last thread ends the process"
+        );
+        // A thread that execs takes the process's id: one thread is left, the process's.
+        let other = p.add(400, 1, "app", 0, Space::default());
+        p.thread_started(other, 401);
+        p.exec(other, "tool");
+        assert_eq!(p.list[other as usize].threads.len(), 1);
+        assert!(p.thread_exited(other, 400));
+    }
+
+    #[test]
+    fn the_state_is_read_after_a_command_with_parentheses_and_live_threads_are_listed() {
+        assert_eq!(parse_state("42 (a) b) Z 7 42"), Some('Z'));
+        assert_eq!(parse_state("42 (x"), None);
+        let me = std::process::id();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || rx.recv());
+        let live = live_threads(me);
+        tx.send(()).unwrap();
+        t.join().unwrap().unwrap();
+        assert!(live.contains(&me) && live.len() >= 2, "{live:?}");
+        assert!(live_threads(u32::MAX).is_empty());
     }
 
     #[test]

@@ -186,9 +186,28 @@ pub struct ProcMap {
 
 /// The executable mappings of process `pid` as `/proc/PID/maps` lists them now (the mappings made before the
 /// kernel's records could report them: the image of a process stopped after its exec, an attached process).
+///
+/// A process whose main thread ended (`pthread_exit`) while others run has an empty `/proc/PID/maps` (the
+/// kernel reads it through the main thread, which has no address space left): the maps are then read through
+/// a thread that still runs, `/proc/PID/task/TID/maps`.
 pub fn read_executable_maps(pid: u32) -> std::io::Result<Vec<ProcMap>> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
-    Ok(text.lines().filter_map(parse_maps_line).collect())
+    let maps: Vec<ProcMap> = text.lines().filter_map(parse_maps_line).collect();
+    if !maps.is_empty() {
+        return Ok(maps);
+    }
+    for tid in super::procs::live_threads(pid) {
+        if tid == pid {
+            continue;
+        }
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/maps")) {
+            let maps: Vec<ProcMap> = text.lines().filter_map(parse_maps_line).collect();
+            if !maps.is_empty() {
+                return Ok(maps);
+            }
+        }
+    }
+    Ok(maps)
 }
 
 /// One line of `/proc/PID/maps` if it is executable: `start-end perms offset dev inode [path]`.
