@@ -46,6 +46,9 @@ pub enum Wait {
     SomeSyscall,
     /// Not known: the wait was over before it could be read (or no sample came with it).
     Unread,
+    /// A preemption not read at its switch-out, placed where the thread was running: at its last CPU sample
+    /// before the switch-out (taken since its last voluntary wait).
+    LastSample,
 }
 
 /// One off-CPU interval of one thread, with where it waited.
@@ -165,8 +168,8 @@ impl OffCpu {
             Err(e) if e.status() == NtStatus::PRIVILEGE_NOT_HELD => {
                 // The switch records alone need no privilege. They come with any event, so the sampler's
                 // event is the software `dummy` event (PERF_TYPE_SOFTWARE, PERF_COUNT_SW_DUMMY), which never
-                // takes a sample (the context-switch event is refused: it is sampled in the kernel). A record
-                // at once, so that a blocked thread is read while it still waits.
+                // takes a sample (the context-switch event is refused: it is sampled in the kernel). The
+                // watcher reads the rings in short rounds rather than at each record (see `watch`).
                 let dummy =
                     ntprofile::register_raw_source(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_DUMMY, 0, 0)
                         .map_err(|status| {
@@ -175,7 +178,7 @@ impl OffCpu {
                             "registering the dummy event for the switch records",
                         )
                     })?;
-                let s = base(dummy).wakeup_bytes(1).build()?;
+                let s = base(dummy).build()?;
                 (s, Mechanism::SwitchRecordsProc, Some(e.to_string()))
             }
             Err(e) => return Err(e),
