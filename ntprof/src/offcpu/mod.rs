@@ -9,11 +9,12 @@
 //!   the user registers and stack (or the frame-pointer chain) saved at the thread's kernel entry, and the
 //!   kernel's own chain names the system call (`__x64_sys_NAME`). Nothing is read from the threads.
 //! * **switch records + /proc** (an unprivileged user at paranoid 2, on their own processes): the switch records
-//!   alone, delivered at once (a wake-up per record); at each switch-out the watcher reads the blocked thread's
-//!   system call, stack and instruction pointers (`/proc/PID/task/TID/syscall`) and copies its user stack
-//!   (`process_vm_readv`) through the library's [`ntprofile::BlockedThreadReader`]. A wait that is over before
-//!   the reading (a few tens of microseconds) keeps its exact time but not its stack: it is counted under
-//!   `[wait not read]`.
+//!   alone, read in rounds of about a millisecond by a watcher at nice 19 (a wake-up per record took CPUs from
+//!   the profiled threads); each thread switched out for 100 µs or more at a round is read: its system call,
+//!   stack and instruction pointers (`/proc/PID/task/TID/syscall`) and its user stack (`process_vm_readv`)
+//!   through the library's [`ntprofile::BlockedThreadReader`]. A wait that is over before the reading keeps its
+//!   exact time but not its stack: it is counted under `[wait not read]`. A preemption (the thread was
+//!   runnable: `/proc` does not describe it) is placed at the thread's last CPU sample (see `tree::wait`).
 //!
 //! The watcher runs on its own thread and hands finished intervals to the session, which applies them in time
 //! order with the other records ([`crate::tree::order`]).
