@@ -208,3 +208,88 @@ fn the_unprivileged_watcher_yields_to_the_profiled_threads() {
         "{reads} readings in {ms:.0} ms (at most {most:.0})"
     );
 }
+
+#[test]
+fn a_vfork_wait_has_one_name_in_both_mechanisms() {
+    let prog = cases();
+    for unprivileged in [false, true] {
+        let (report, _) = record(
+            &[
+                "record",
+                "-q",
+                "--off-cpu",
+                "--format",
+                "json",
+                "--",
+                prog.to_str().unwrap(),
+                "vfork",
+            ],
+            unprivileged,
+        );
+        let mechanism = &report["off_cpu"]["mechanism"];
+        let kinds: Vec<&str> = report["off_cpu"]["kinds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["kind"].as_str().unwrap())
+            .collect();
+        println!("{mechanism}: {kinds:?}");
+        let clone = kind_ns(&report, "clone", false);
+        assert!(
+            clone > 150_000_000,
+            "{mechanism}: clone {clone} ns, kinds {kinds:?}"
+        );
+        for other in ["vfork", "clone3", "fork"] {
+            assert!(!kinds.contains(&other), "{mechanism}: {kinds:?}");
+        }
+    }
+}
+
+#[test]
+fn truncated_off_cpu_stacks_have_their_own_note() {
+    // A sleep 2000 calls deep: the 8192-byte copy of the blocked stack holds a part of it.
+    let prog = cases();
+    let (report, _) = record(
+        &[
+            "record",
+            "-q",
+            "--off-cpu",
+            "--format",
+            "json",
+            "--",
+            prog.to_str().unwrap(),
+            "deep",
+        ],
+        true,
+    );
+    let notes: Vec<&str> = report["run"]["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    let cpu = &source(&report, "Timer")["stats"];
+    let samples = common::u(&cpu["counted"]) + common::u(&cpu["outside"]);
+    // The CPU samples' note, if any, counts CPU samples only (not nanoseconds off CPU).
+    for n in notes
+        .iter()
+        .filter(|n| n.contains("call stacks are truncated"))
+    {
+        let of: u64 = n
+            .split(" of ")
+            .nth(1)
+            .unwrap()
+            .split(' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(of <= samples, "{n} ({samples} CPU samples)");
+    }
+    let off = notes
+        .iter()
+        .find(|n| n.contains("off-CPU waits have a truncated stack"))
+        .unwrap_or_else(|| panic!("{notes:?}"));
+    assert!(off.contains("--call-graph dwarf,SIZE"), "{off}");
+    assert!(!off.contains("try --call-graph dwarf"), "{off}");
+}

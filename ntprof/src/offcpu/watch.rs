@@ -203,7 +203,8 @@ impl Watch {
                             else {
                                 continue;
                             };
-                            if let Some(nr) = syscalls::of_entry(&sym.name) {
+                            if let Some(nr) = syscalls::of_entry(&sym.name).map(syscalls::wait_kind)
+                            {
                                 // The innermost helper, unless the entry itself is on the chain.
                                 if !matches!(wait, Wait::Syscall(_))
                                     || syscalls::is_exact_entry(&sym.name)
@@ -268,7 +269,9 @@ impl Watch {
             match read {
                 Ok(Some(b)) => {
                     let place = Place {
-                        wait: b.syscall.map_or(Wait::NoSyscall, Wait::Syscall),
+                        wait: b
+                            .syscall
+                            .map_or(Wait::NoSyscall, |nr| Wait::Syscall(syscalls::wait_kind(nr))),
                         chain: Vec::new(),
                         regs: Some(b.regs),
                         stack: stack[..b.stack_len].to_vec(),

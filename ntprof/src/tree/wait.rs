@@ -77,6 +77,9 @@ pub struct Waits {
     pub kinds: BTreeMap<(u64, bool), (u64, u64)>,
     /// Nanoseconds of intervals before the run's start, not counted.
     pub before_start_ns: u64,
+    /// Waits counted with a stack (their blocked thread's, or a sample's), and of those the truncated ones:
+    /// apart from the CPU samples' (a wait's stack is always unwound from a copy, whatever `-g` mode).
+    pub stacks: (u64, u64),
     /// By thread: where it was last seen running (a user-space CPU sample), and when its last voluntary wait
     /// ended; a preemption not read is placed there.
     running: FastMap<u32, Running>,
@@ -171,6 +174,7 @@ impl Tracker {
             threads: BTreeMap::new(),
             kinds: BTreeMap::new(),
             before_start_ns: 0,
+            stacks: (0, 0),
             running: FastMap::default(),
         });
     }
@@ -242,7 +246,10 @@ impl Tracker {
         } else {
             match leaf_ip.and_then(|ip| Some((ip, self.locate_in(p, ip, false, true)?))) {
                 Some((ip, leaf)) => {
+                    // Counted apart from the CPU samples' truncated walks.
+                    let cut_before = self.unwinding.truncated;
                     let id = self.intern_walk(p, leaf, ip, false, walk);
+                    self.unwinding.truncated = cut_before;
                     let mut frames = Vec::with_capacity(self.stacks.frames(id).len() + 1);
                     frames.push(wait_loc);
                     frames.extend_from_slice(self.stacks.frames(id));
@@ -252,6 +259,12 @@ impl Tracker {
                 None => self.stacks.intern_frames(&[wait_loc], leaf_ip.is_some()),
             }
         };
+        if leaf_ip.is_some()
+            && let Some(w) = self.waits.as_mut()
+        {
+            w.stacks.0 += 1;
+            w.stacks.1 += u64::from(self.stacks.truncated(stack));
+        }
         let counts = &mut self.sources[src];
         counts.samples += ns;
         *counts.counts.entry((image, stack)).or_insert(0) += ns;

@@ -1,6 +1,8 @@
 /* Off-CPU cases, one per first argument:
  *   preempt  two threads pinned to one CPU spin for 600 ms in spin_a and spin_b: they preempt each other.
  *   exitwait a thread blocks in a condition wait (worker_waits) until the process exits under it, 300 ms in.
+ *   deep     block in a sleep 2000 calls deep (a stack far larger than the default copy of it).
+ *   vfork    wait 200 ms in vfork() (the child sleeps before it exits).
  *   nice     print the nice value of the parent's thread named ntprof-offcpu (the off-CPU watcher). */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -42,6 +44,17 @@ __attribute__((noinline)) static void *worker_waits(void *arg) {
     pthread_mutex_lock(&lock);
     for (;;) pthread_cond_wait(&never, &lock);
     return 0;
+}
+
+__attribute__((noinline)) static int deep_sleep(int depth) {
+    volatile char pad[64];
+    pad[0] = (char)depth;
+    if (depth == 0) {
+        struct timespec t = {0, 200 * 1000 * 1000};
+        nanosleep(&t, 0);
+        return pad[0];
+    }
+    return deep_sleep(depth - 1) + pad[0];
 }
 
 static int watcher_nice(void) {
@@ -91,6 +104,16 @@ int main(int argc, char **argv) {
         nanosleep(&t, 0);
         exit(0);
     }
+    if (!strcmp(what, "vfork")) {
+        pid_t child = vfork();
+        if (child == 0) {
+            struct timespec t = {0, 200 * 1000 * 1000};
+            nanosleep(&t, 0);
+            _exit(0);
+        }
+        return child < 0;
+    }
+    if (!strcmp(what, "deep")) return deep_sleep(2000) & 1;
     if (!strcmp(what, "nice")) {
         /* Let the watcher start (it lowers its priority first thing). */
         struct timespec t = {0, 100 * 1000 * 1000};
@@ -98,6 +121,6 @@ int main(int argc, char **argv) {
         printf("watcher nice %d\n", watcher_nice());
         return 0;
     }
-    fprintf(stderr, "usage: offcpu_cases preempt|exitwait|nice\n");
+    fprintf(stderr, "usage: offcpu_cases preempt|exitwait|vfork|deep|nice\n");
     return 2;
 }
