@@ -293,3 +293,57 @@ fn truncated_off_cpu_stacks_have_their_own_note() {
     assert!(off.contains("--call-graph dwarf,SIZE"), "{off}");
     assert!(!off.contains("try --call-graph dwarf"), "{off}");
 }
+
+#[test]
+fn processes_of_one_command_wait_apart_in_the_graph_and_together_in_top_stacks() {
+    // Two children of one command sleep at the same place, 200 and 300 ms.
+    let prog = cases();
+    let out = run_ok(
+        ntprof_command(false).args([
+            "record",
+            "-q",
+            "--off-cpu",
+            "--format",
+            "folded",
+            "--",
+            prog.to_str().unwrap(),
+            "twins",
+        ]),
+        LIMIT,
+    );
+    let folded = String::from_utf8_lossy(&out.stdout);
+    // The flame graph's towers (the folded stacks it is drawn from): one per child, each named `cmd [pid]`.
+    let towers: Vec<&str> = folded
+        .lines()
+        .filter(|l| l.starts_with("off_cpu;") && l.contains(";twin_sleep;"))
+        .collect();
+    assert_eq!(towers.len(), 2, "{folded}");
+    for t in &towers {
+        let child = t.split(';').nth(2).unwrap();
+        assert!(
+            child.starts_with("offcpu_cases [") && child.ends_with(']'),
+            "{t}"
+        );
+    }
+    // The text's top stacks: one row for the two processes.
+    let out = run_ok(
+        ntprof_command(false).args([
+            "record",
+            "-q",
+            "--off-cpu",
+            "--",
+            prog.to_str().unwrap(),
+            "twins",
+        ]),
+        LIMIT,
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let top = text
+        .split("Top stacks blocked")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{text}"));
+    let top = top.split("\n\n").next().unwrap();
+    let rows: Vec<&str> = top.lines().filter(|l| l.contains("twin_sleep")).collect();
+    assert_eq!(rows.len(), 1, "{top}");
+    assert!(rows[0].contains("offcpu_cases (2 processes)"), "{top}");
+}

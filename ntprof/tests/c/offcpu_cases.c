@@ -3,6 +3,7 @@
  *   exitwait a thread blocks in a condition wait (worker_waits) until the process exits under it, 300 ms in.
  *   deep     block in a sleep 2000 calls deep (a stack far larger than the default copy of it).
  *   vfork    wait 200 ms in vfork() (the child sleeps before it exits).
+ *   twins    two children sleep in twin_sleep (200 and 300 ms) while the parent waits for them.
  *   nice     print the nice value of the parent's thread named ntprof-offcpu (the off-CPU watcher). */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static double now(void) {
@@ -55,6 +57,11 @@ __attribute__((noinline)) static int deep_sleep(int depth) {
         return pad[0];
     }
     return deep_sleep(depth - 1) + pad[0];
+}
+
+__attribute__((noinline)) static void twin_sleep(long ms) {
+    struct timespec t = {0, ms * 1000 * 1000};
+    nanosleep(&t, 0);
 }
 
 static int watcher_nice(void) {
@@ -113,6 +120,16 @@ int main(int argc, char **argv) {
         }
         return child < 0;
     }
+    if (!strcmp(what, "twins")) {
+        for (long ms = 200; ms <= 300; ms += 100)
+            if (fork() == 0) {
+                twin_sleep(ms);
+                _exit(0);
+            }
+        while (wait(0) > 0) {
+        }
+        return 0;
+    }
     if (!strcmp(what, "deep")) return deep_sleep(2000) & 1;
     if (!strcmp(what, "nice")) {
         /* Let the watcher start (it lowers its priority first thing). */
@@ -121,6 +138,6 @@ int main(int argc, char **argv) {
         printf("watcher nice %d\n", watcher_nice());
         return 0;
     }
-    fprintf(stderr, "usage: offcpu_cases preempt|exitwait|vfork|deep|nice\n");
+    fprintf(stderr, "usage: offcpu_cases preempt|exitwait|vfork|twins|deep|nice\n");
     return 2;
 }
