@@ -122,7 +122,9 @@ def main():
         "programs; it records cpu-cycles instead). Unprivileged, ntprof saw "
         f"{statistics.median([r['switches'] for r in u]):.0f} switch-outs; the waits whose stack was not read "
         f"in time (`[wait not read]`) were {statistics.median([r['unread'] / max(r['total'], 1) for r in u]) * 100:.1f} % "
-        "of the off-CPU time (ping-pong waits are a few tens of microseconds, close to the reading's delay).")
+        "of the off-CPU time (ping-pong waits are a few tens of microseconds: the unprivileged watcher reads only "
+        "threads switched out for 100 µs or more, in rounds of about a millisecond, so as not to take the CPU "
+        "from the threads it profiles).")
     lines.append("<!-- offcpu:end -->")
     section = "\n".join(lines) + "\n"
     print(section)

@@ -17,6 +17,15 @@ pub struct Callers<'a> {
     located: HashMap<Loc, LocationReport>,
 }
 
+/// The C runtime's functions that start a process's main thread (below `main`): a stack that reaches one is
+/// complete, whether or not the walk went on to `_start`.
+fn starts_process(function: &str) -> bool {
+    matches!(
+        function,
+        "_start" | "__libc_start_main" | "__libc_start_main_impl" | "__libc_start_call_main"
+    )
+}
+
 fn location(symbols: &Symbolizers<'_>, loc: Loc, l: &Located) -> LocationReport {
     let mut frames = l.frames.clone();
     if frames.is_empty() {
@@ -92,7 +101,12 @@ impl<'a> Callers<'a> {
                 pid: t.processes.list[img.process as usize].pid,
                 command: img.comm.clone(),
                 samples,
-                truncated: t.stacks.truncated(stack),
+                // A walk cut short right above the process's first frames lost nothing.
+                truncated: t.stacks.truncated(stack)
+                    && !frames
+                        .last()
+                        .and_then(|&l| locations.get(l as usize))
+                        .is_some_and(|l: &LocationReport| starts_process(&l.function)),
                 frames,
             });
         }
@@ -102,5 +116,18 @@ impl<'a> Callers<'a> {
                 .then_with(|| (a.process, &a.frames).cmp(&(b.process, &b.frames)))
         });
         (stacks, locations)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_stack_that_reaches_the_c_runtime_start_is_complete() {
+        for f in ["_start", "__libc_start_main", "__libc_start_call_main"] {
+            assert!(super::starts_process(f), "{f}");
+        }
+        for f in ["main", "start_thread", "clone3", "wc+0x33d0"] {
+            assert!(!super::starts_process(f), "{f}");
+        }
     }
 }

@@ -9,11 +9,12 @@
 //!   the user registers and stack (or the frame-pointer chain) saved at the thread's kernel entry, and the
 //!   kernel's own chain names the system call (`__x64_sys_NAME`). Nothing is read from the threads.
 //! * **switch records + /proc** (an unprivileged user at paranoid 2, on their own processes): the switch records
-//!   alone, delivered at once (a wake-up per record); at each switch-out the watcher reads the blocked thread's
-//!   system call, stack and instruction pointers (`/proc/PID/task/TID/syscall`) and copies its user stack
-//!   (`process_vm_readv`) through the library's [`ntprofile::BlockedThreadReader`]. A wait that is over before
-//!   the reading (a few tens of microseconds) keeps its exact time but not its stack: it is counted under
-//!   `[wait not read]`.
+//!   alone, read in rounds of about a millisecond by a watcher at nice 19 (a wake-up per record took CPUs from
+//!   the profiled threads); each thread switched out for 100 µs or more at a round is read: its system call,
+//!   stack and instruction pointers (`/proc/PID/task/TID/syscall`) and its user stack (`process_vm_readv`)
+//!   through the library's [`ntprofile::BlockedThreadReader`]. A wait that is over before the reading keeps its
+//!   exact time but not its stack: it is counted under `[wait not read]`. A preemption (the thread was
+//!   runnable: `/proc` does not describe it) is placed at the thread's last CPU sample (see `tree::wait`).
 //!
 //! The watcher runs on its own thread and hands finished intervals to the session, which applies them in time
 //! order with the other records ([`crate::tree::order`]).
@@ -46,6 +47,9 @@ pub enum Wait {
     SomeSyscall,
     /// Not known: the wait was over before it could be read (or no sample came with it).
     Unread,
+    /// A preemption not read at its switch-out, placed where the thread was running: at its last CPU sample
+    /// before the switch-out (taken since its last voluntary wait).
+    LastSample,
 }
 
 /// One off-CPU interval of one thread, with where it waited.
@@ -168,8 +172,8 @@ impl OffCpu {
             Err(e) if e.status() == NtStatus::PRIVILEGE_NOT_HELD => {
                 // The switch records alone need no privilege. They come with any event, so the sampler's
                 // event is the software `dummy` event (PERF_TYPE_SOFTWARE, PERF_COUNT_SW_DUMMY), which never
-                // takes a sample (the context-switch event is refused: it is sampled in the kernel). A record
-                // at once, so that a blocked thread is read while it still waits.
+                // takes a sample (the context-switch event is refused: it is sampled in the kernel). The
+                // watcher reads the rings in short rounds rather than at each record (see `watch`).
                 let dummy =
                     ntprofile::register_raw_source(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_DUMMY, 0, 0)
                         .map_err(|status| {
@@ -178,7 +182,7 @@ impl OffCpu {
                             "registering the dummy event for the switch records",
                         )
                     })?;
-                let s = base(dummy).wakeup_bytes(1).build()?;
+                let s = base(dummy).build()?;
                 (s, Mechanism::SwitchRecordsProc, Some(e.to_string()))
             }
             Err(e) => return Err(e),

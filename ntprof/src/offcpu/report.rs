@@ -20,9 +20,9 @@ fn limits(w: &OffCpu) -> Vec<String> {
         }
         Mechanism::SwitchRecordsProc => {
             out.push(format!(
-                "unprivileged: each blocked thread was read from /proc/PID/task/TID/syscall and its memory at its \
-                 switch-out; a wait over before that reading (tens of microseconds) keeps its exact time under \
-                 [wait not read] ({} of {} readings came too late)",
+                "unprivileged: each thread switched out for 100 us or more was read from \
+                 /proc/PID/task/TID/syscall and its memory (in rounds of about a millisecond); a wait over before \
+                 that keeps its exact time under [wait not read] ({} of {} readings came too late)",
                 w.stats.missed, w.stats.reads
             ));
             if w.stats.denied > 0 {
@@ -33,6 +33,12 @@ fn limits(w: &OffCpu) -> Vec<String> {
                     w.stats.denied, w.stats.reads
                 ));
             }
+            out.push(
+                "unprivileged: a preempted thread is runnable and /proc does not describe it: its preemption is \
+                 placed at its last CPU sample since its last voluntary wait ([last CPU sample]), else under \
+                 [wait not read]"
+                    .to_string(),
+            );
             out.push(
                 "unprivileged: blocking stacks are unwound from the stack and instruction pointers with the \
                  modules' CFI (a blocked thread's frame pointer cannot be read without stopping it); the kernel \

@@ -116,6 +116,17 @@ pub fn name(nr: u64) -> Option<&'static str> {
     NAMES.get(n).copied().filter(|s| !s.is_empty())
 }
 
+/// The wait kind of system call `nr`: itself, except the process-creating calls (`fork`, `vfork`, `clone3`),
+/// which are `clone`. Their waits (a `vfork` parent until its child execs) are named `clone` by the kernel's
+/// chain, whose common helper `kernel_clone` is all it shows when the entry is inlined, and by their number
+/// when read from `/proc`: one name for one wait whatever the mechanism.
+pub fn wait_kind(nr: u64) -> u64 {
+    match name(nr) {
+        Some("fork" | "vfork" | "clone3") => number("clone").unwrap_or(nr),
+        _ => nr,
+    }
+}
+
 /// The number of the system call named `name`.
 pub fn number(name: &str) -> Option<u64> {
     NAMES.iter().position(|&n| n == name).map(|i| i as u64)
@@ -159,6 +170,20 @@ pub fn is_syscall_entry(function: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn process_creation_waits_are_one_kind() {
+        let clone = super::number("clone").unwrap();
+        for call in ["fork", "vfork", "clone3", "clone"] {
+            assert_eq!(
+                super::wait_kind(super::number(call).unwrap()),
+                clone,
+                "{call}"
+            );
+        }
+        let read = super::number("read").unwrap();
+        assert_eq!(super::wait_kind(read), read);
+    }
+
     use super::*;
 
     #[test]

@@ -19,6 +19,17 @@ use crate::symbols::{KERNEL_MODULE, Kallsyms};
 /// the two back to back).
 const SAMPLE_SLACK_NS: u64 = 1_000_000;
 
+/// Unprivileged: the rounds' period while switches come. The watcher is not woken per record (each wake-up
+/// took a CPU from the profiled threads): it reads its rings this often, and the threads still switched out
+/// then are read from `/proc`.
+const ACTIVE_ROUND: Duration = Duration::from_millis(1);
+/// Unprivileged: the longest period, reached by doubling while rounds find no record (an idle command costs
+/// next to nothing).
+const IDLE_ROUND: Duration = Duration::from_millis(32);
+/// Unprivileged: a thread is read once it has been switched out this long (a shorter wait is nearly always over
+/// before a reading ends, and reading it would only take the CPU from the threads it waits for).
+const READ_AFTER_NS: u64 = 100_000;
+
 /// Where a thread waited (from a switch sample or a reading).
 #[derive(Clone, Debug)]
 struct Place {
@@ -73,6 +84,9 @@ pub(super) struct Watch {
     kallsyms: Option<Kallsyms>,
     threads: HashMap<u32, Thread>,
     pending: Vec<Rec>,
+    /// Unprivileged: the threads switched out now (their last record is a switch-out), by thread: process,
+    /// switch-out time, read already.
+    waiting: HashMap<u32, (u32, u64, bool)>,
     stats: WatchStats,
 }
 
@@ -100,14 +114,20 @@ impl Watch {
             kallsyms,
             threads: HashMap::new(),
             pending: Vec::new(),
+            waiting: HashMap::new(),
             stats: WatchStats::default(),
         }
     }
 
     /// Watch until stopped; returns the counts.
     pub(super) fn run(mut self) -> WatchStats {
-        let timeout = match self.mechanism {
-            Mechanism::SwitchRecordsProc => Duration::from_millis(20),
+        let mut timeout = match self.mechanism {
+            Mechanism::SwitchRecordsProc => {
+                // The watcher yields to the profiled threads: a reading made late is only a wait less named,
+                // a CPU taken from them is time they wait (and time the report would count).
+                let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), 19);
+                ACTIVE_ROUND
+            }
             Mechanism::SwitchSamples => Duration::from_millis(50),
         };
         loop {
@@ -126,6 +146,11 @@ impl Watch {
             let first_new = self.pending.len();
             self.read();
             if self.mechanism == Mechanism::SwitchRecordsProc && !stopping {
+                timeout = if self.pending.len() > first_new {
+                    ACTIVE_ROUND
+                } else {
+                    (timeout * 2).min(IDLE_ROUND)
+                };
                 self.read_blocked(first_new);
             }
             self.apply(cutoff);
@@ -178,7 +203,8 @@ impl Watch {
                             else {
                                 continue;
                             };
-                            if let Some(nr) = syscalls::of_entry(&sym.name) {
+                            if let Some(nr) = syscalls::of_entry(&sym.name).map(syscalls::wait_kind)
+                            {
                                 // The innermost helper, unless the entry itself is on the chain.
                                 if !matches!(wait, Wait::Syscall(_))
                                     || syscalls::is_exact_entry(&sym.name)
@@ -212,23 +238,30 @@ impl Watch {
         });
     }
 
-    /// Read, now, each thread whose last new record is a switch-out: it is still waiting, or has just stopped.
+    /// Read, now, each thread switched out for at least [`READ_AFTER_NS`] and not read yet in this wait.
     fn read_blocked(&mut self, first_new: usize) {
-        let mut last: HashMap<u32, (u32, bool)> = HashMap::new();
         let mut new: Vec<&Rec> = self.pending[first_new..].iter().collect();
         new.sort_by_key(|r| r.time);
         for r in new {
             match r.kind {
-                Kind::Out { .. } => last.insert(r.tid, (r.pid, true)),
-                Kind::In => last.insert(r.tid, (r.pid, false)),
-                Kind::Sample(_) => None,
-            };
-        }
-        let mut stack = vec![0u8; self.stack_bytes];
-        for (tid, (pid, out)) in last {
-            if !out {
-                continue;
+                Kind::Out { .. } => {
+                    self.waiting.insert(r.tid, (r.pid, r.time, false));
+                }
+                Kind::In => {
+                    self.waiting.remove(&r.tid);
+                }
+                Kind::Sample(_) => {}
             }
+        }
+        let now = sampler_clock_ns();
+        let due: Vec<(u32, u32)> = self
+            .waiting
+            .iter()
+            .filter(|(_, w)| !w.2 && now.saturating_sub(w.1) >= READ_AFTER_NS)
+            .map(|(&tid, &(pid, _, _))| (tid, pid))
+            .collect();
+        let mut stack = vec![0u8; self.stack_bytes];
+        for (tid, pid) in due {
             let t0 = sampler_clock_ns();
             let read = self.reader.read(pid, tid, &mut stack);
             let t1 = sampler_clock_ns();
@@ -236,7 +269,9 @@ impl Watch {
             match read {
                 Ok(Some(b)) => {
                     let place = Place {
-                        wait: b.syscall.map_or(Wait::NoSyscall, Wait::Syscall),
+                        wait: b
+                            .syscall
+                            .map_or(Wait::NoSyscall, |nr| Wait::Syscall(syscalls::wait_kind(nr))),
                         chain: Vec::new(),
                         regs: Some(b.regs),
                         stack: stack[..b.stack_len].to_vec(),
@@ -248,10 +283,20 @@ impl Watch {
                         .push(Capture { t0, t1, place });
                 }
                 Ok(None) => self.stats.missed += 1,
-                Err(e) if e.status() == ntprofile::NtStatus::ACCESS_DENIED => {
-                    self.stats.denied += 1
+                Err(e) => {
+                    // Gone (its last switch-out was its exit), or not readable (a refusal of the kernel: the
+                    // process made itself non-dumpable): no reading of this wait will succeed.
+                    if e.status() == ntprofile::NtStatus::ACCESS_DENIED {
+                        self.stats.denied += 1;
+                    } else {
+                        self.stats.refused += 1;
+                    }
+                    self.waiting.remove(&tid);
+                    continue;
                 }
-                Err(_) => self.stats.refused += 1,
+            }
+            if let Some(w) = self.waiting.get_mut(&tid) {
+                w.2 = true;
             }
         }
     }

@@ -18,17 +18,20 @@ fn frame_name(name: &str) -> String {
     name.replace(';', ":").replace(['\n', '\r'], " ")
 }
 
-/// The frames that name process `id`: its profiled ancestors' commands, outermost first, then its own.
-fn process_root(report: &Report, id: u32, command: &str) -> Vec<String> {
-    let mut chain = vec![frame_name(command)];
-    let mut at = report
-        .processes
-        .iter()
-        .find(|p| p.id == id)
-        .and_then(|p| p.parent);
+/// The frames that name process `id`: its profiled ancestors' commands, outermost first, then its own; each
+/// `command [pid]` with `pids` (off-CPU time: two processes of one command, a client and a server, wait apart
+/// and must not merge into one tower).
+fn process_root(report: &Report, id: u32, command: &str, pids: bool) -> Vec<String> {
+    let name = |command: &str, pid: Option<u32>| match pid {
+        Some(pid) if pids => frame_name(&format!("{command} [{pid}]")),
+        _ => frame_name(command),
+    };
+    let me = report.processes.iter().find(|p| p.id == id);
+    let mut chain = vec![name(command, me.map(|p| p.pid))];
+    let mut at = me.and_then(|p| p.parent);
     let mut guard = 0;
     while let Some(parent) = at.and_then(|a| report.processes.iter().find(|p| p.id == a)) {
-        chain.push(frame_name(&parent.command));
+        chain.push(name(&parent.command, Some(parent.pid)));
         at = parent.parent;
         guard += 1;
         if guard > 64 {
@@ -44,7 +47,7 @@ fn process_root(report: &Report, id: u32, command: &str) -> Vec<String> {
 pub fn folded_stacks(report: &Report, source: &SourceReport) -> Vec<String> {
     let mut merged: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
     for stack in source.stacks.iter().filter(|s| s.samples > 0) {
-        let mut frames = process_root(report, stack.process, &stack.command);
+        let mut frames = process_root(report, stack.process, &stack.command, source.is_off_cpu());
         if stack.truncated {
             frames.push("[truncated]".to_string());
         }

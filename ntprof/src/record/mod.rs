@@ -170,7 +170,18 @@ fn finish_report(
         CallGraph::Dwarf(size) => format!("dwarf,{size}"),
     });
     if let Some(g) = t.call_graph {
-        let walked: u64 = t.sources.iter().map(|s| s.samples).sum();
+        // The CPU samples only: the off-CPU sources count nanoseconds, and their stacks have their own note.
+        let walked: u64 = t
+            .sources
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| {
+                t.waits
+                    .as_ref()
+                    .is_none_or(|w| *i != w.voluntary && *i != w.preempted)
+            })
+            .map(|(_, s)| s.samples)
+            .sum();
         if t.unwinding.truncated > 0 {
             let how = match g {
                 CallGraph::Fp => {
@@ -183,6 +194,17 @@ fn finish_report(
             run.notes.push(format!(
                 "{} of {walked} call stacks are truncated ([truncated] at their root): {how}",
                 t.unwinding.truncated
+            ));
+        }
+        if let Some((waits, cut)) = t.waits.as_ref().map(|w| w.stacks)
+            && cut > 0
+        {
+            run.notes.push(format!(
+                "{cut} of {waits} off-CPU waits have a truncated stack ([truncated] at their root): a blocked \
+                 thread's stack is unwound with CFI from a copy of it, which ran out (--call-graph dwarf,SIZE \
+                 copies more than the {} bytes of the default), or a return address was in no executable \
+                 mapping, or its module had no unwind information for it",
+                crate::offcpu::DEFAULT_STACK_BYTES
             ));
         }
     }

@@ -126,26 +126,45 @@ fn blocking(out: &mut String, source: &SourceReport, top: usize) {
         out,
         "\n  Top stacks {what}, the wait first, then its callers outward:"
     );
-    for (i, stack) in source.stacks.iter().take(top.min(10)).enumerate() {
+    // One row per command and stack, its processes together (the processes of one command that waited at
+    // the same place are one row, not one per pid).
+    let mut grouped: Vec<(String, bool, Vec<u32>, u64)> = Vec::new();
+    let mut index: HashMap<(String, bool), usize> = HashMap::new();
+    for stack in &source.stacks {
         let mut frames: Vec<_> = expanded(source, stack)
             .into_iter()
             .map(display_name)
             .collect();
         frames.reverse();
-        let trunc = if stack.truncated {
-            " <- [truncated]"
-        } else {
-            ""
+        let key = format!("{}\n{}", stack.command, frames.join(" <- "));
+        match index.get(&(key.clone(), stack.truncated)) {
+            Some(&at) => {
+                let g = &mut grouped[at];
+                g.3 += stack.samples;
+                if !g.2.contains(&stack.pid) {
+                    g.2.push(stack.pid);
+                }
+            }
+            None => {
+                index.insert((key.clone(), stack.truncated), grouped.len());
+                grouped.push((key, stack.truncated, vec![stack.pid], stack.samples));
+            }
+        }
+    }
+    grouped.sort_by(|a, b| b.3.cmp(&a.3).then_with(|| a.0.cmp(&b.0)));
+    for (i, (key, truncated, pids, ns)) in grouped.iter().take(top.min(10)).enumerate() {
+        let (command, frames) = key.split_once('\n').unwrap_or((key, ""));
+        let trunc = if *truncated { " <- [truncated]" } else { "" };
+        let who = match pids.as_slice() {
+            [pid] => format!("{pid}"),
+            many => format!("{} processes", many.len()),
         };
         let _ = writeln!(
             out,
-            "  #{:<2} {:>12} {:>6.1}%  {} ({}): {}{trunc}",
+            "  #{:<2} {:>12} {:>6.1}%  {command} ({who}): {frames}{trunc}",
             i + 1,
-            ms(stack.samples),
-            stack.samples as f64 * 100.0 / total as f64,
-            stack.command,
-            stack.pid,
-            frames.join(" <- ")
+            ms(*ns),
+            *ns as f64 * 100.0 / total as f64,
         );
     }
 }

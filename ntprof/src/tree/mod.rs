@@ -300,16 +300,16 @@ impl Tracker {
             Event::Sample {
                 source,
                 pid,
+                tid,
                 ip,
                 kernel,
                 chain,
                 regs,
                 stack,
-                ..
             } => {
                 let chain = name_of(names, chain);
                 let stack = name_of(names, stack);
-                self.sample(source, pid, ip, kernel, time, (chain, regs, stack))
+                self.sample(source, (pid, tid), ip, kernel, time, (chain, regs, stack))
             }
             Event::Mmap {
                 pid,
@@ -378,8 +378,9 @@ impl Tracker {
                 if let Some(p) = self.processes.get(pid)
                     && self.processes.thread_exited(p, tid)
                 {
-                    self.processes.exit(p, time);
-                    self.unwinding.forget(p);
+                    if let Some(old) = self.processes.exit(p, time) {
+                        self.unwinding.forget(old);
+                    }
                 }
             }
             Event::Lost { source, lost } => self.sources[source as usize].lost += lost,
@@ -408,7 +409,7 @@ impl Tracker {
     fn sample(
         &mut self,
         source: u8,
-        pid: u32,
+        (pid, tid): (u32, u32),
         ip: u64,
         kernel: bool,
         time: u64,
@@ -422,6 +423,9 @@ impl Tracker {
             (Some(loc), None) => Some(self.stacks.intern(loc)),
             (None, _) => None,
         };
+        if let (Some(w), Some(stack), false) = (self.waits.as_mut(), stack, kernel) {
+            w.ran(tid, time, p, stack);
+        }
         let counts = &mut self.sources[source as usize];
         counts.samples += 1;
         match stack {

@@ -13,6 +13,9 @@
 use super::hash::{FastMap, FastSet};
 use super::space::Space;
 
+/// How many exited processes keep their address space (see [`Processes::exit`]).
+pub const KEPT_SPACES: usize = 64;
+
 /// One process of the run.
 #[derive(Clone, Debug)]
 pub struct Process {
@@ -31,7 +34,7 @@ pub struct Process {
     pub start_ns: u64,
     /// When it exited, if it did during the run.
     pub exit_ns: Option<u64>,
-    /// Its executable address space (dropped at its exit).
+    /// Its executable address space (dropped a while after its exit).
     pub space: Space,
     /// Its live threads (tids); the process exits with the last of them.
     pub threads: FastSet<u32>,
@@ -54,6 +57,9 @@ pub struct Processes {
     /// Every image, by index.
     pub images: Vec<Image>,
     by_pid: FastMap<u32, u32>,
+    /// The last processes that exited, oldest first: their address spaces are kept a while, for the off-CPU
+    /// intervals of their threads that end after the exit record (a thread woken by its process's exit).
+    recent_exits: std::collections::VecDeque<u32>,
     /// Processes created that were not followed (`--no-inherit`): their pids.
     pub not_followed: Vec<u32>,
 }
@@ -158,12 +164,38 @@ impl Processes {
     }
 
     /// Process `p` exited at `time`: its address space is forgotten, its pid free for reuse.
-    pub fn exit(&mut self, p: u32, time: u64) {
+    /// Returns the process whose address space is dropped now, if one is (the oldest of the last
+    /// [`KEPT_SPACES`] exits).
+    pub fn exit(&mut self, p: u32, time: u64) -> Option<u32> {
         let process = &mut self.list[p as usize];
         process.exit_ns = Some(time);
-        process.space = Space::default();
         if self.by_pid.get(&process.pid) == Some(&p) {
             self.by_pid.remove(&process.pid);
+        }
+        self.recent_exits.push_back(p);
+        if self.recent_exits.len() <= KEPT_SPACES {
+            return None;
+        }
+        let old = self.recent_exits.pop_front()?;
+        self.list[old as usize].space = Space::default();
+        Some(old)
+    }
+
+    /// The process `pid` was at `time`: the one running now if it existed then, else one of the last that
+    /// exited, alive at `time` (its address space still kept).
+    pub fn at(&self, pid: u32, time: u64) -> Option<u32> {
+        match self.get(pid) {
+            Some(p) if self.list[p as usize].start_ns <= time => Some(p),
+            now => self
+                .recent_exits
+                .iter()
+                .rev()
+                .copied()
+                .find(|&e| {
+                    let e = &self.list[e as usize];
+                    e.pid == pid && e.start_ns <= time && e.exit_ns.is_some_and(|x| x >= time)
+                })
+                .or(now),
         }
     }
 

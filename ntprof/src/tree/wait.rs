@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use super::hash::FastMap;
 use super::space::{Module, ModuleKind};
 use super::{Loc, SourceCounts, Tracker, callstack::Walk};
 use crate::offcpu::{Wait, syscalls};
@@ -16,6 +17,8 @@ const NO_SYSCALL: u64 = 1 << 32;
 const UNREAD: u64 = (1 << 32) | 1;
 /// The wait frame's offset for a system call the kernel's chain does not name.
 const SOME_SYSCALL: u64 = (1 << 32) | 2;
+/// The wait frame's offset for a preemption placed at the thread's last CPU sample.
+const LAST_SAMPLE: u64 = (1 << 32) | 3;
 
 /// The wait frame's offset for `wait`.
 pub fn wait_key(wait: Wait) -> u64 {
@@ -24,6 +27,7 @@ pub fn wait_key(wait: Wait) -> u64 {
         Wait::NoSyscall => NO_SYSCALL,
         Wait::Unread => UNREAD,
         Wait::SomeSyscall => SOME_SYSCALL,
+        Wait::LastSample => LAST_SAMPLE,
     }
 }
 
@@ -33,6 +37,7 @@ pub fn wait_name(key: u64) -> String {
         NO_SYSCALL => "[no system call]".to_string(),
         UNREAD => "[wait not read]".to_string(),
         SOME_SYSCALL => "[system call]".to_string(),
+        LAST_SAMPLE => "[last CPU sample]".to_string(),
         nr => match syscalls::name(nr) {
             Some(name) => name.to_string(),
             None => format!("syscall {nr}"),
@@ -72,6 +77,36 @@ pub struct Waits {
     pub kinds: BTreeMap<(u64, bool), (u64, u64)>,
     /// Nanoseconds of intervals before the run's start, not counted.
     pub before_start_ns: u64,
+    /// Waits counted with a stack (their blocked thread's, or a sample's), and of those the truncated ones:
+    /// apart from the CPU samples' (a wait's stack is always unwound from a copy, whatever `-g` mode).
+    pub stacks: (u64, u64),
+    /// By thread: where it was last seen running (a user-space CPU sample), and when its last voluntary wait
+    /// ended; a preemption not read is placed there.
+    running: FastMap<u32, Running>,
+}
+
+/// A thread's last user-space CPU sample and the end of its last voluntary wait.
+#[derive(Clone, Copy, Debug, Default)]
+struct Running {
+    /// The sample's time, process and stack (`None` before the first sample).
+    sample: Option<(u64, u32, u32)>,
+    /// The end of its last voluntary wait.
+    voluntary_end: u64,
+}
+
+impl Waits {
+    /// Thread `tid` of process `p` was sampled in user space at `time`, at `stack`.
+    pub(super) fn ran(&mut self, tid: u32, time: u64, p: u32, stack: u32) {
+        self.running.entry(tid).or_default().sample = Some((time, p, stack));
+    }
+
+    /// The stack of thread `tid`'s last user-space sample in process `p`, if taken since its last voluntary
+    /// wait (the stretch of running that a preemption at `start` cut).
+    fn last_sample(&self, tid: u32, p: u32, start: u64) -> Option<u32> {
+        let r = self.running.get(&tid)?;
+        let (at, process, stack) = r.sample?;
+        (process == p && at >= r.voluntary_end && at <= start).then_some(stack)
+    }
 }
 
 impl Tracker {
@@ -139,6 +174,8 @@ impl Tracker {
             threads: BTreeMap::new(),
             kinds: BTreeMap::new(),
             before_start_ns: 0,
+            stacks: (0, 0),
+            running: FastMap::default(),
         });
     }
 
@@ -149,12 +186,15 @@ impl Tracker {
         tid: u32,
         (start, end): (u64, u64),
         preempt: bool,
-        wait: Wait,
+        mut wait: Wait,
         walk: Walk<'_>,
     ) {
         let Some(w) = self.waits.as_mut() else {
             return;
         };
+        if !preempt {
+            w.running.entry(tid).or_default().voluntary_end = end;
+        }
         // Time before the run's start (the command's first instruction, the attach) is not counted.
         let from = start.max(self.run_start_ns);
         w.before_start_ns += from.saturating_sub(start).min(end.saturating_sub(start));
@@ -164,7 +204,11 @@ impl Tracker {
         let ns = end - from;
         let module = w.module;
         let src = if preempt { w.preempted } else { w.voluntary };
-        let p = self.process(pid, end);
+        // The process it blocked in: still kept when its exit ended the wait.
+        let p = match self.processes.at(pid, start) {
+            Some(p) => p,
+            None => self.process(pid, end),
+        };
         let image = self.processes.image(p);
         let (chain, regs, stack_copy) = walk;
         // A thread read from /proc comes without its frame pointer, which the CFI of frame-pointer code needs.
@@ -185,17 +229,42 @@ impl Tracker {
             module,
             offset: wait_key(wait),
         };
-        let stack = match leaf_ip.and_then(|ip| Some((ip, self.locate_in(p, ip, false, true)?))) {
-            Some((ip, leaf)) => {
-                let id = self.intern_walk(p, leaf, ip, false, walk);
-                let mut frames = Vec::with_capacity(self.stacks.frames(id).len() + 1);
-                frames.push(wait_loc);
-                frames.extend_from_slice(self.stacks.frames(id));
-                let truncated = self.stacks.truncated(id);
-                self.stacks.intern_frames(&frames, truncated)
-            }
-            None => self.stacks.intern_frames(&[wait_loc], leaf_ip.is_some()),
+        let sampled = match (preempt, wait, self.waits.as_ref()) {
+            (true, Wait::Unread, Some(w)) => w.last_sample(tid, p, start),
+            _ => None,
         };
+        let stack = if let Some(id) = sampled {
+            wait = Wait::LastSample;
+            let frames: Vec<Loc> = std::iter::once(Loc {
+                module,
+                offset: wait_key(wait),
+            })
+            .chain(self.stacks.frames(id).iter().copied())
+            .collect();
+            let truncated = self.stacks.truncated(id);
+            self.stacks.intern_frames(&frames, truncated)
+        } else {
+            match leaf_ip.and_then(|ip| Some((ip, self.locate_in(p, ip, false, true)?))) {
+                Some((ip, leaf)) => {
+                    // Counted apart from the CPU samples' truncated walks.
+                    let cut_before = self.unwinding.truncated;
+                    let id = self.intern_walk(p, leaf, ip, false, walk);
+                    self.unwinding.truncated = cut_before;
+                    let mut frames = Vec::with_capacity(self.stacks.frames(id).len() + 1);
+                    frames.push(wait_loc);
+                    frames.extend_from_slice(self.stacks.frames(id));
+                    let truncated = self.stacks.truncated(id);
+                    self.stacks.intern_frames(&frames, truncated)
+                }
+                None => self.stacks.intern_frames(&[wait_loc], leaf_ip.is_some()),
+            }
+        };
+        if leaf_ip.is_some()
+            && let Some(w) = self.waits.as_mut()
+        {
+            w.stacks.0 += 1;
+            w.stacks.1 += u64::from(self.stacks.truncated(stack));
+        }
         let counts = &mut self.sources[src];
         counts.samples += ns;
         *counts.counts.entry((image, stack)).or_insert(0) += ns;

@@ -255,6 +255,17 @@ fn mappings<'r>(b: &mut Builder, report: &'r Report) -> (Vec<Mapping>, HashMap<&
         .collect();
     let executable = report.run.executable.as_deref();
     modules.sort_by_key(|(_, m)| Some(m.path.as_str()) != executable);
+    // The command's executable without samples of its own (a shell script whose time is in the programs it
+    // runs, an interpreter whose time is in a library): its mapping still comes first, without locations.
+    if let Some(exe) = executable
+        && !modules.iter().any(|(_, m)| m.path == exe)
+    {
+        mappings.push(Mapping {
+            id: 1,
+            filename: b.string(exe),
+            ..Mapping::default()
+        });
+    }
     for (source, module) in modules {
         if mapping_of.contains_key(module.name.as_str()) {
             continue;

@@ -103,6 +103,23 @@ fn rfc3339_dates() {
 }
 
 #[test]
+fn the_executable_is_the_first_mapping_even_without_samples() {
+    // A shell script: the command is the shell, whose samples are all in the programs it started.
+    let mut report = fixture::report();
+    report.run.executable = Some("/usr/bin/dash".into());
+    let p = decode(&render(&report).unwrap());
+    let st = |i: i64| p.string_table[i as usize].clone();
+    assert_eq!(st(p.mapping[0].filename), "/usr/bin/dash");
+    assert_eq!(p.mapping[0].id, 1);
+    assert!(!p.mapping[0].has_functions);
+    // The modules with samples follow, each once, every location in one of them.
+    let ids: Vec<u64> = p.mapping.iter().map(|m| m.id).collect();
+    assert_eq!(ids, (1..=p.mapping.len() as u64).collect::<Vec<_>>());
+    assert!(p.mapping.len() > 1);
+    assert!(p.location.iter().all(|l| l.mapping_id != 1));
+}
+
+#[test]
 fn samples_carry_pid_and_command_labels_and_the_executable_is_the_first_mapping() {
     let mut report = fixture::report();
     // The executable listed second: the encoder still puts it first.
