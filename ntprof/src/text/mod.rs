@@ -62,7 +62,7 @@ fn interval_text(s: &SourceReport) -> String {
 pub fn render(report: &Report, top: usize) -> String {
     let mut out = String::new();
     header(&mut out, report);
-    processes::render(&mut out, report, top);
+    processes::render(&mut out, report);
     for s in report.sources.iter().filter(|s| !s.is_off_cpu()) {
         source::render(&mut out, s, top);
         source::render_expected(&mut out, s, &report.run.expected);
