@@ -5,6 +5,8 @@
 //! - libc's own PLT (`tests/real/libc_plt.c`: `strdup` and `strndup` call `strlen`, `strnlen` and `memcpy`
 //!   through libc's `.plt`, whose slots `IRELATIVE` relocations fill): each stub is `function@plt`, never the
 //!   section's start `libc.so.6+0x…`;
+//! - lines apart per function (`tests/real/one_line.c`: three hot functions on one source line, as a minifier
+//!   writes JavaScript): one lines-table row per function at that line, none with more samples than its function;
 //! - one name per function in every format: the CSV's rows, summed per module and function, are the JSON's
 //!   (and the text's) function rows exactly, for named code, the vDSO, PLT stubs and a stripped program's
 //!   functions named by their `.eh_frame` bounds.
@@ -40,7 +42,13 @@ fn program(name: &str, stripped: bool) -> PathBuf {
         name.to_string()
     });
     gcc(
-        &["-O2", "-o", out.to_str().unwrap(), src.to_str().unwrap()],
+        &[
+            "-O2",
+            "-g",
+            "-o",
+            out.to_str().unwrap(),
+            src.to_str().unwrap(),
+        ],
         dir(),
     );
     if stripped {
@@ -252,4 +260,41 @@ fn every_format_names_a_function_alike_when_eh_frame_bounds_name_it() {
         .map(|(_, n)| n)
         .sum::<u64>();
     assert!(main > 0, "the stripped main has samples: {r}");
+}
+
+#[test]
+fn functions_on_one_line_keep_their_own_line_rows() {
+    let prog = program("one_line", false);
+    let (r, _, text) = record("one_line", &prog, &[]);
+    let source = &r["sources"][0];
+    let functions = json_functions(&r);
+    let mut at_line = Vec::new();
+    for l in source["lines"].as_array().unwrap() {
+        let key = (
+            l["module"].as_str().unwrap().to_string(),
+            l["function"].as_str().unwrap().to_string(),
+        );
+        // A line of an inlined function is its row; the function table has the function it is inlined into.
+        let Some(&own) = functions.get(&key) else {
+            continue;
+        };
+        assert!(
+            u(&l["samples"]) <= own,
+            "a line row of {key:?} has more samples than the function ({own}): {l}"
+        );
+        if l["file"].as_str().unwrap().ends_with("one_line.c") && u(&l["line"]) == 5 {
+            at_line.push((key.1, u(&l["samples"])));
+        }
+    }
+    at_line.sort();
+    let names: Vec<&str> = at_line.iter().map(|r| r.0.as_str()).collect();
+    assert_eq!(names, ["alpha", "beta", "gamma_"], "{text}");
+    // Each function's code is all on that line: its row holds nearly all of its samples.
+    for (f, n) in &at_line {
+        let own = functions[&("one_line".to_string(), f.clone())];
+        assert!(
+            *n * 10 >= own * 9,
+            "{f}: {n} of {own} samples on its line\n{text}"
+        );
+    }
 }
