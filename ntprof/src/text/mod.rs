@@ -187,6 +187,7 @@ mod tests {
                 symbolize_ms: 1.5,
                 call_graph: None,
                 recorder_cpu_ms: 12.5,
+                recorder_rounds: 0,
                 notes: vec!["a note".into()],
                 expected: vec![Expectation {
                     function: "hot".into(),
