@@ -19,10 +19,13 @@
 pub fn fit_column(names: &[&str], min: usize) -> (usize, Vec<String>) {
     use std::collections::HashMap;
     let mut shown: Vec<String> = names.iter().map(|n| display_name(n).into_owned()).collect();
-    // Equal display names of different functions: their full names.
+    // Equal display names of different functions (overloads, whose parameter lists differ): their full names.
+    // A name without a parameter list (DWARF's name of an inlined copy) is the same function as its full name.
     let mut by_text: HashMap<&str, Vec<usize>> = HashMap::new();
     for (i, t) in shown.iter().enumerate() {
-        by_text.entry(t.as_str()).or_default().push(i);
+        if t != names[i] {
+            by_text.entry(t.as_str()).or_default().push(i);
+        }
     }
     let overloaded: Vec<usize> = by_text
         .values()
@@ -122,6 +125,9 @@ fn short_parts(name: &str) -> Option<(usize, usize)> {
             continue;
         }
         match b[i] {
+            // A parameter list followed by `::` is an enclosing function's (`f()::{lambda()#1}::operator()`):
+            // part of the qualified name.
+            b'(' if depth == 0 && scope_after_parens(&b[i..]) => depth += 1,
             b'(' if depth == 0 => {
                 let start = operator
                     .map_or(spaces.last().copied(), |op| {
@@ -138,6 +144,24 @@ fn short_parts(name: &str) -> Option<(usize, usize)> {
         i += 1;
     }
     None
+}
+
+/// Whether the parenthesized group at the start of `b` is followed by `::`.
+fn scope_after_parens(b: &[u8]) -> bool {
+    let mut depth = 0usize;
+    for (i, &c) in b.iter().enumerate() {
+        match c {
+            b'(' => depth += 1,
+            b')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return b[i + 1..].starts_with(b"::");
+                }
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Whether the text before the parameter list can be a demangled C++ name: no `/` or `;`, and every `:` part
@@ -206,6 +230,10 @@ mod tests {
                 "(anonymous namespace)::run<int>",
             ),
             ("Engine::reorder()", "Engine::reorder"),
+            (
+                "Engine::reorder()::{lambda(unsigned int, unsigned int)#1}::operator()(unsigned int, unsigned int) const",
+                "Engine::reorder()::{lambda(unsigned int, unsigned int)#1}::operator()",
+            ),
         ] {
             assert_eq!(display_name(full), short, "{full}");
         }
@@ -251,6 +279,9 @@ mod tests {
                 "Engine::step(int)"
             ]
         );
+        // A name without parameters (an inlined copy's DWARF name) is the function of the full name.
+        let (_, texts) = fit_column(&["Engine::reorder()", "Engine::reorder"], 20);
+        assert_eq!(texts, ["Engine::reorder", "Engine::reorder"]);
         // The same function twice (two commands, two modules) prints alike.
         let (width, texts) = fit_column(&["main", "main"], 36);
         assert_eq!(
