@@ -188,6 +188,10 @@ pub struct RunInfo {
     /// was built, in milliseconds; 0 when absent.
     #[serde(default)]
     pub recorder_cpu_ms: f64,
+    /// How many times the recorder read the rings (each read round costs it CPU time whether or not there was
+    /// data); 0 when absent.
+    #[serde(default)]
+    pub recorder_rounds: u64,
     /// Remarks the reader needs to read the numbers right (what the profiles cannot see, how modules loaded at
     /// startup were caught), one sentence each.
     #[serde(default)]

@@ -66,7 +66,9 @@ struct Sums<'a> {
     commands: HashMap<&'a str, (u64, HashSet<u32>)>,
     modules: HashMap<u32, u64>,
     functions: HashMap<(&'a str, &'a str, &'a str), FnAcc>,
-    lines: HashMap<(&'a str, &'a str, &'a str, u32), (&'a str, u64)>,
+    /// By (command, module, function, file, line): lines stay apart per function (minified JavaScript puts many
+    /// functions on one line).
+    lines: HashMap<(&'a str, &'a str, &'a str, &'a str, u32), u64>,
     buckets: Vec<BucketReport>,
 }
 
@@ -103,10 +105,16 @@ impl<'a> Sums<'a> {
         if let Some(inner) = located.frames.first()
             && let (Some(file), Some(line)) = (&inner.file, inner.line)
         {
-            self.lines
-                .entry((img.comm.as_str(), module, file.as_str(), line))
-                .or_insert((inner.function.as_str(), 0))
-                .1 += n;
+            *self
+                .lines
+                .entry((
+                    img.comm.as_str(),
+                    module,
+                    inner.function.as_str(),
+                    file.as_str(),
+                    line,
+                ))
+                .or_insert(0) += n;
         }
         self.buckets.push(BucketReport {
             process: img.process,
@@ -250,12 +258,14 @@ fn function_rows(map: HashMap<(&str, &str, &str), FnAcc>, total: u64) -> Vec<Fun
     rows
 }
 
-fn line_rows(map: HashMap<(&str, &str, &str, u32), (&str, u64)>, total: u64) -> Vec<LineReport> {
+type LineKey<'a> = (&'a str, &'a str, &'a str, &'a str, u32);
+
+fn line_rows(map: HashMap<LineKey<'_>, u64>, total: u64) -> Vec<LineReport> {
     let mut texts = super::lines::SourceTexts::default();
     let mut rows: Vec<LineReport> = map
         .into_iter()
         .map(
-            |((command, module, file, line), (function, samples))| LineReport {
+            |((command, module, function, file, line), samples)| LineReport {
                 command: command.to_string(),
                 text: texts.line(file, line),
                 module: module.to_string(),
@@ -268,9 +278,14 @@ fn line_rows(map: HashMap<(&str, &str, &str, u32), (&str, u64)>, total: u64) -> 
         )
         .collect();
     rows.sort_by(|a, b| {
-        b.samples
-            .cmp(&a.samples)
-            .then_with(|| (&a.command, &a.file, a.line).cmp(&(&b.command, &b.file, b.line)))
+        b.samples.cmp(&a.samples).then_with(|| {
+            (&a.command, &a.file, a.line, &a.function).cmp(&(
+                &b.command,
+                &b.file,
+                b.line,
+                &b.function,
+            ))
+        })
     });
     rows
 }

@@ -1,6 +1,7 @@
 //! Symbolization: each location (module, address in the module) with samples → the function, its inlined
 //! frames, file and line. ELF files through their symbol tables and DWARF, the kernel through kallsyms, JIT code
-//! through the process's jitdump file (by time, resolved when the run ended) or its perf map file. Code of an ELF
+//! through the process's jitdump file (by time, resolved when the run ended) or its perf map file, the vDSO
+//! through ntprof's own copy of it ([`crate::symbols::vdso`]). Code of an ELF
 //! file that no symbol names is named by the start of the `.eh_frame` function that holds it, `module+0xSTART`; a
 //! location nothing covers is `module+0xOFFSET`.
 
@@ -8,7 +9,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use crate::report::Frame;
-use crate::symbols::{ElfSymbolizer, Kallsyms, Mapping};
+use crate::symbols::{ElfSymbolizer, Kallsyms, Mapping, vdso};
 use crate::tree::jit::{self, PerfMap};
 use crate::tree::jitdump::JitState;
 use crate::tree::space::{Module, ModuleKind};
@@ -58,6 +59,8 @@ pub struct Located {
 pub struct Symbolizers<'a> {
     modules: &'a [Module],
     elf: HashMap<String, Option<ElfSymbolizer>>,
+    /// ntprof's own vDSO, when a `[vdso]` with samples has its size.
+    vdso: Option<ElfSymbolizer>,
     /// Perf maps the run's end did not read already.
     perf_maps: HashMap<u32, Option<PerfMap>>,
     jit: &'a JitState,
@@ -99,9 +102,15 @@ impl<'a> Symbolizers<'a> {
                 perf_maps.entry(pid).or_insert_with(|| PerfMap::load(pid));
             }
         }
+        let vdso = modules
+            .iter()
+            .zip(used)
+            .find(|(m, u)| **u && m.kind == ModuleKind::Special && m.path == vdso::VDSO)
+            .and_then(|(m, _)| vdso::symbolizer(m.first.1.wrapping_sub(m.first.0)));
         let mut s = Symbolizers {
             modules,
             elf,
+            vdso,
             perf_maps,
             jit,
             kallsyms,
@@ -137,7 +146,20 @@ impl<'a> Symbolizers<'a> {
                     .unwrap_or(start.wrapping_sub(pgoff));
                 (bias, elf.and_then(|e| e.build_id().map(str::to_string)))
             }
-            ModuleKind::Special => (start.wrapping_sub(pgoff), None),
+            ModuleKind::Special => match self.vdso.as_ref().filter(|_| m.path == vdso::VDSO) {
+                Some(elf) => {
+                    let mapping = Mapping {
+                        start,
+                        end,
+                        perms: "r-xp".into(),
+                        offset: pgoff,
+                        path: m.path.clone(),
+                    };
+                    let bias = elf.bias(&mapping).unwrap_or(start.wrapping_sub(pgoff));
+                    (bias, elf.build_id().map(str::to_string))
+                }
+                None => (start.wrapping_sub(pgoff), None),
+            },
             ModuleKind::Anon { pid } => {
                 // With a dump that named some of the process's JIT code, the rest is in the same module row.
                 if let Some(dump) = self.jit.dump_path(*pid) {
@@ -219,6 +241,11 @@ impl<'a> Symbolizers<'a> {
                     None => "[unknown]".to_string(),
                 };
             }
+            ModuleKind::Special if m.path == vdso::VDSO && self.vdso.is_some() => {
+                if let Some(elf) = &self.vdso {
+                    Self::elf_frames(elf, &placed.name, placed.bias, object, &mut located);
+                }
+            }
             ModuleKind::Special if m.path == crate::tree::wait::WAIT_MODULE => {
                 let name = crate::tree::wait::wait_name(offset);
                 located.function = name.clone();
@@ -240,6 +267,13 @@ impl<'a> Symbolizers<'a> {
                 }
             }
             ModuleKind::Special | ModuleKind::Range => {}
+        }
+        // One name per function in every format: a location named without frames (by `.eh_frame` bounds, a
+        // perf map's miss) gets its name as its one frame, so that the CSV, the buckets of JSON and the stacks
+        // show the name the function tables show. An address nothing named keeps no frame.
+        if located.frames.is_empty() && located.function != module_offset_name(&placed.name, object)
+        {
+            located.frames.push(frame(&located.function));
         }
         located
     }
@@ -283,9 +317,10 @@ impl<'a> Symbolizers<'a> {
                     located.function_address = start.wrapping_add(bias);
                     located.function_size = end - start;
                     located.function_line = elf.location(start);
-                    if let Some(last) = frames.last_mut() {
-                        last.function = located.function.clone();
-                    }
+                }
+                // The outermost frame is the function, as the tables name it.
+                if let Some(last) = frames.last_mut() {
+                    last.function = located.function.clone();
                 }
             }
         }

@@ -73,6 +73,7 @@ pub fn attach(args: &AttachArgs) -> Result<Outcome, Failure> {
     }
     run.duration_s = duration.as_secs_f64();
     run.recorder_cpu_ms = recorder_cpu_s * 1e3;
+    run.recorder_rounds = session.rounds;
     run.ended_by = ended_by.into();
     run.executable = executable;
     run.cpus = args.profile.cpus.as_ref().map(|c| c.0.clone());

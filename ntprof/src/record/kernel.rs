@@ -74,6 +74,7 @@ pub fn record_kernel(args: &RecordArgs) -> Result<Outcome, Failure> {
     let mut run = collect::run_info("kernel", args.command.clone(), None, started_at);
     run.duration_s = duration.as_secs_f64();
     run.recorder_cpu_ms = recorder_cpu_s * 1e3;
+    run.recorder_rounds = session.rounds;
     run.exit_status = exit;
     run.ended_by = ended_by.into();
     run.cpus = args.profile.cpus.as_ref().map(|c| c.0.clone());

@@ -290,6 +290,7 @@ pub fn record(args: &RecordArgs) -> Result<Outcome, Failure> {
     let mut run = collect::run_info("record", args.command.clone(), Some(pid_u), started_at);
     run.duration_s = duration.as_secs_f64();
     run.recorder_cpu_ms = recorder_cpu_s * 1e3;
+    run.recorder_rounds = session.rounds;
     run.exit_status = exit;
     run.ended_by = "exited".into();
     run.executable = executable;

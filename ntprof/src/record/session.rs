@@ -57,6 +57,8 @@ pub struct Session {
     pub off_cpu: Option<OffCpu>,
     /// Rounds are fast ([`FAST_ROUND`]) until then: a fork or an exec was read shortly before.
     busy_until: Option<Instant>,
+    /// Rounds read so far (the recorder's fixed cost: a sleeping command costs one per [`ROUND`]).
+    pub rounds: u64,
 }
 
 /// Check the options that concern sources and processors; returns the distinct sources in order.
@@ -200,21 +202,23 @@ impl Session {
             order: Order::default(),
             off_cpu,
             busy_until: None,
+            rounds: 0,
         })
     }
 
-    /// Start sampling. The first rounds are fast: a command often starts processes at once.
+    /// Start sampling. Rounds are slow ([`ROUND`]) until a fork or an exec is read: a command that starts
+    /// nothing costs one round per [`ROUND`].
     pub fn enable(&mut self) -> Result<(), Failure> {
         for s in &self.samplers {
             s.enable()
                 .map_err(|e| explain("starting the sampler", &e, None))?;
         }
-        self.busy_until = Some(Instant::now() + BUSY_FOR);
         Ok(())
     }
 
     /// One round: wait up to `timeout` for data, read every sampler, apply what is old enough.
     pub fn round(&mut self, timeout: Duration) -> Result<(), Failure> {
+        self.rounds += 1;
         let timeout = match self.busy_until {
             Some(until) if Instant::now() < until => timeout.min(FAST_ROUND),
             _ => timeout,

@@ -309,6 +309,30 @@ impl ElfSymbolizer {
         })
     }
 
+    /// Symbols of an ELF image held in memory (the vDSO), named `name`: its symbol tables, PLT stubs and
+    /// `.eh_frame` function bounds; no DWARF.
+    pub fn from_image(name: &str, image: &[u8]) -> Result<ElfSymbolizer, String> {
+        let file = object::File::parse(image).map_err(|e| format!("cannot parse {name}: {e}"))?;
+        let mut symbols = Vec::new();
+        text_symbols(&file, &mut symbols);
+        let lazy = Lazy {
+            fdes: Some(FdeIndex::of_file(&file)),
+            ..Lazy::default()
+        };
+        Ok(ElfSymbolizer {
+            path: PathBuf::from(name),
+            segments: file
+                .segments()
+                .map(|s| (s.file_range().0, s.address()))
+                .collect(),
+            build_id: file.build_id().ok().flatten().map(hex),
+            symbols: SymbolTable::ranked_in_sections(symbols),
+            dwarf_file: None,
+            debug_file: None,
+            lazy: Mutex::new(lazy),
+        })
+    }
+
     /// The GNU build-id, hex.
     pub fn build_id(&self) -> Option<&str> {
         self.build_id.as_deref()

@@ -17,6 +17,9 @@
 //! such a function is named by its start, `module+0xSTART`; an address outside every symbol and FDE is shown as
 //! `module+0xOFFSET`.
 //!
+//! **The vDSO** (`[vdso]`) is an ELF image without a file: ntprof's own copy, read from its memory, names it
+//! ([`vdso`]).
+//!
 //! **The kernel** is symbolized from `/proc/kallsyms` (text symbols of the kernel and its loaded modules).
 //!
 //! **Speed.** Each module's symbol table is read once and indexed ([`table`]: sorted, one entry per address,
@@ -37,6 +40,7 @@ pub mod fde;
 pub mod kernel;
 pub mod plt;
 pub mod table;
+pub mod vdso;
 
 pub use elf::ElfSymbolizer;
 pub use kernel::{KERNEL_MODULE, Kallsyms};

@@ -13,6 +13,11 @@
 //!   `.plt.sec`): the function of relocation `N` of `.rela.plt`, which that push hands to the dynamic loader;
 //! * `push disp(%rip)`: the PLT's header, the lazy binder's entry, named `.plt` (objdump's label for it).
 //!
+//! A slot filled by an `R_X86_64_IRELATIVE` relocation (libc's calls of its own IFUNC functions, `strchrnul`,
+//! `memcpy`, …) has no symbol: its addend is the address of the function's resolver, which is also the value of
+//! the IFUNC symbol. The stub is named after that symbol (`strnlen@plt`; among aliases the name with the fewest
+//! leading underscores, then a global one), or `*ABS*+0xADDEND@plt` as objdump names it when no symbol is there.
+//!
 //! Every name covers exactly its stub's bytes (the section's entry size), so nothing else is ever named by it.
 //! The dynamic symbols and relocations survive `strip`, so a stripped program's stubs are named too. Objects of
 //! other architectures get no stub names (their stubs are then named by `.eh_frame` bounds, `module+0xSTART`).
@@ -20,7 +25,7 @@
 use std::collections::HashMap;
 
 use object::read::elf::SectionHeader;
-use object::{Architecture, Object, ObjectSection, ReadRef};
+use object::{Architecture, Object, ObjectSection, ObjectSymbol, ReadRef, SymbolKind};
 
 use super::table::Symbol;
 
@@ -134,6 +139,7 @@ pub fn plt_symbols<'data, R: ReadRef<'data>>(file: &object::File<'data, R>) -> V
         (!name.is_empty()).then(|| String::from_utf8_lossy(name).into_owned())
     };
     let mut targets = Targets::default();
+    let mut irelative = Vec::new();
     for section in elf.sections() {
         let header = section.elf_section_header();
         let Ok(Some((relocations, link))) = header.rela(endian, elf.data()) else {
@@ -145,8 +151,17 @@ pub fn plt_symbols<'data, R: ReadRef<'data>>(file: &object::File<'data, R>) -> V
         let is_rela_plt = section.name() == Ok(".rela.plt");
         for r in relocations {
             let kind = r.r_type(endian, false);
-            let name = symbol_name(r.r_sym(endian, false));
-            if kind == object::elf::R_X86_64_JUMP_SLOT || kind == object::elf::R_X86_64_GLOB_DAT {
+            let mut name = symbol_name(r.r_sym(endian, false));
+            if kind == object::elf::R_X86_64_IRELATIVE {
+                // Named below, once the symbols at the addends are known.
+                let resolver = r.r_addend.get(endian) as u64;
+                irelative.push((r.r_offset.get(endian), resolver));
+                name = Some(format!("{IRELATIVE_MARK}{resolver:x}"));
+            }
+            if kind == object::elf::R_X86_64_JUMP_SLOT
+                || kind == object::elf::R_X86_64_GLOB_DAT
+                || kind == object::elf::R_X86_64_IRELATIVE
+            {
                 if let Some(name) = &name {
                     targets.slots.insert(r.r_offset.get(endian), name.clone());
                 }
@@ -155,6 +170,20 @@ pub fn plt_symbols<'data, R: ReadRef<'data>>(file: &object::File<'data, R>) -> V
                 targets.lazy.push(name);
             }
         }
+    }
+    if !irelative.is_empty() {
+        let names = function_names_at(file, irelative.iter().map(|r| r.1).collect());
+        let named = |target: &mut String| {
+            if let Some(hex) = target.strip_prefix(IRELATIVE_MARK) {
+                let resolver = u64::from_str_radix(hex, 16).unwrap_or_default();
+                *target = match names.get(&resolver) {
+                    Some(function) => function.clone(),
+                    None => format!("*ABS*+{resolver:#x}"),
+                };
+            }
+        };
+        targets.slots.values_mut().for_each(named);
+        targets.lazy.iter_mut().flatten().for_each(named);
     }
     let mut out = Vec::new();
     for section in elf.sections() {
@@ -167,6 +196,42 @@ pub fn plt_symbols<'data, R: ReadRef<'data>>(file: &object::File<'data, R>) -> V
         out.extend(stubs(name, section.address(), entsize, bytes, &targets));
     }
     out
+}
+
+/// Marks, until it is named, the target of an `IRELATIVE` slot (no symbol name starts with a NUL).
+const IRELATIVE_MARK: &str = "\0irelative:";
+
+/// The best name of the function symbols at each of `addresses`: the fewest leading underscores (`strnlen`,
+/// not `__strnlen`), then a global symbol, then the shortest name.
+fn function_names_at<'data, R: ReadRef<'data>>(
+    file: &object::File<'data, R>,
+    addresses: std::collections::HashSet<u64>,
+) -> HashMap<u64, String> {
+    let mut best: HashMap<u64, (usize, bool, usize, String)> = HashMap::new();
+    for s in file.dynamic_symbols().chain(file.symbols()) {
+        if s.kind() != SymbolKind::Text || s.is_undefined() || !addresses.contains(&s.address()) {
+            continue;
+        }
+        let Ok(name) = s.name() else { continue };
+        let name = name.split('@').next().unwrap_or(name);
+        if name.is_empty() {
+            continue;
+        }
+        let rank = (
+            name.len() - name.trim_start_matches('_').len(),
+            !s.is_global(),
+            name.len(),
+            name.to_string(),
+        );
+        best.entry(s.address())
+            .and_modify(|b| {
+                if rank < *b {
+                    *b = rank.clone();
+                }
+            })
+            .or_insert(rank);
+    }
+    best.into_iter().map(|(a, r)| (a, r.3)).collect()
 }
 
 #[cfg(test)]
@@ -242,5 +307,51 @@ mod tests {
         assert_eq!(decode(0, &[0xff, 0x25, 1]), None);
         assert_eq!(decode(0, &[0x90; 16]), None);
         assert!(stubs(".plt", 0, 16, &[], &targets).is_empty());
+    }
+}
+
+#[cfg(test)]
+mod libc_tests {
+    use super::*;
+
+    /// libc's `.plt` holds the stubs of its calls of its own IFUNC functions, whose slots are filled by
+    /// `IRELATIVE` relocations: every stub of it is named, by the IFUNC symbol at the relocation's addend.
+    #[test]
+    fn libc_irelative_stubs_are_named_after_their_ifunc() {
+        let maps = super::super::read_maps("self").unwrap();
+        let Some(libc) = maps
+            .iter()
+            .find(|m| m.is_executable() && m.path.contains("/libc.so"))
+        else {
+            eprintln!("skipped: this test binary is not linked against a shared libc");
+            return;
+        };
+        let data = std::fs::read(&libc.path).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let plt = file.section_by_name(".plt").expect("libc has a .plt");
+        let stubs = plt_symbols(&file);
+        let in_plt: Vec<&Symbol> = stubs
+            .iter()
+            .filter(|s| s.address >= plt.address() && s.address < plt.address() + plt.size())
+            .collect();
+        // Every 16-byte entry of .plt, the header included, has its name.
+        assert_eq!(
+            in_plt.len() as u64,
+            plt.size() / 16,
+            "{:?}",
+            in_plt.iter().map(|s| &s.name).collect::<Vec<_>>()
+        );
+        // strnlen is an IFUNC of libc that libc calls itself (its slot is IRELATIVE).
+        let strnlen = file
+            .dynamic_symbols()
+            .find(|s| s.name() == Ok("strnlen"))
+            .expect("libc defines strnlen");
+        let names: Vec<&str> = in_plt.iter().map(|s| s.name.as_str()).collect();
+        assert!(
+            names.contains(&"strnlen@plt"),
+            "strnlen at {:#x}: {names:?}",
+            strnlen.address()
+        );
+        assert!(!names.iter().any(|n| n.starts_with('\0')), "{names:?}");
     }
 }

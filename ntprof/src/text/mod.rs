@@ -62,7 +62,7 @@ fn interval_text(s: &SourceReport) -> String {
 pub fn render(report: &Report, top: usize) -> String {
     let mut out = String::new();
     header(&mut out, report);
-    processes::render(&mut out, report, top);
+    processes::render(&mut out, report);
     for s in report.sources.iter().filter(|s| !s.is_off_cpu()) {
         source::render(&mut out, s, top);
         source::render_expected(&mut out, s, &report.run.expected);
@@ -187,6 +187,7 @@ mod tests {
                 symbolize_ms: 1.5,
                 call_graph: None,
                 recorder_cpu_ms: 12.5,
+                recorder_rounds: 0,
                 notes: vec!["a note".into()],
                 expected: vec![Expectation {
                     function: "hot".into(),
@@ -300,5 +301,41 @@ mod tests {
         ] {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
+    }
+
+    #[test]
+    fn long_names_that_share_their_start_print_apart_in_the_tables() {
+        let mut report = crate::output::fixture::report();
+        let source = &mut report.sources[0];
+        let (top, second) = (
+            "v8::internal::compiler::GraphReducer::ReduceTop()",
+            "v8::internal::compiler::GraphReducer::Reduce(v8::internal::compiler::Node*)",
+        );
+        source.functions[0].name = top.into();
+        source.functions[1].name = second.into();
+        source.lines[0].function = top.into();
+        source.lines[1].function = second.into();
+        let text = render(&report, 10);
+        let row = |name: &str, table: &str| -> String {
+            let at = text.find(table).expect(&text);
+            let rows = &text[at..];
+            let rows = &rows[..rows.find("\n\n").unwrap_or(rows.len())];
+            rows.lines()
+                .find(|l| l.contains(name))
+                .unwrap_or_else(|| panic!("no row with {name:?} in\n{text}"))
+                .to_string()
+        };
+        let shown = |line: String| -> String {
+            line.split_whitespace()
+                .find(|w| w.starts_with("v8::"))
+                .unwrap()
+                .to_string()
+        };
+        let a = shown(row("ReduceTop", "Function"));
+        let b = shown(row("::Reduce ", "Function"));
+        assert_ne!(a, b, "{text}");
+        let a = shown(row("ReduceTop", "Line"));
+        let b = shown(row("::Reduce ", "Line"));
+        assert_ne!(a, b, "{text}");
     }
 }

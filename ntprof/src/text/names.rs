@@ -10,6 +10,74 @@
 //! suffix stays: it tells copies of a function apart. Names without a top-level parenthesis (C, Rust, assembly,
 //! `module+0x…`) are shown as they are, and so are JIT names that cannot be C++ (`RegExp:(a|b)`).
 
+/// How a text table shows a set of functions in one column of at least `min` characters: each name as
+/// [`display_name`] shows it, with its middle elided (`v8::internal…GraphReducer::ReduceTop`: the start and the
+/// informative end stay) when it is longer than the column. Two different functions never print the same
+/// text: where two display names are equal (C++ overloads without their parameter lists) the full names are
+/// shown, and where eliding would make two texts equal the column is widened until they differ. Returns the
+/// column's width and each name's text, in the order of `names`.
+pub fn fit_column(names: &[&str], min: usize) -> (usize, Vec<String>) {
+    use std::collections::HashMap;
+    let mut shown: Vec<String> = names.iter().map(|n| display_name(n).into_owned()).collect();
+    // Equal display names of different functions (overloads, whose parameter lists differ): their full names.
+    // A name without a parameter list (DWARF's name of an inlined copy) is the same function as its full name.
+    let mut by_text: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, t) in shown.iter().enumerate() {
+        if t != names[i] {
+            by_text.entry(t.as_str()).or_default().push(i);
+        }
+    }
+    let overloaded: Vec<usize> = by_text
+        .values()
+        .filter(|ix| ix.iter().any(|&i| names[i] != names[ix[0]]))
+        .flatten()
+        .copied()
+        .collect();
+    for i in overloaded {
+        shown[i] = names[i].to_string();
+    }
+    let longest = shown.iter().map(|t| t.chars().count()).max().unwrap_or(0);
+    let mut width = min.max(4);
+    loop {
+        let texts: Vec<String> = shown.iter().map(|t| elide_middle(t, width)).collect();
+        let mut seen: HashMap<&str, &str> = HashMap::new();
+        let distinct = texts
+            .iter()
+            .zip(names)
+            .all(|(t, n)| *seen.entry(t.as_str()).or_insert(n) == *n);
+        if distinct || width >= longest {
+            return (width.min(longest).max(min), texts);
+        }
+        width = (width + 8).min(longest);
+    }
+}
+
+/// [`fit_column`] for the distinct names of a section whose lines are not a column (callers, a call tree):
+/// each name's text, none longer than the section's width.
+pub fn fit_all<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    min: usize,
+) -> std::collections::HashMap<&'a str, String> {
+    let mut distinct: Vec<&str> = names.into_iter().collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let (_, texts) = fit_column(&distinct, min);
+    distinct.into_iter().zip(texts).collect()
+}
+
+/// `name` in at most `width` characters: the first third and the last two thirds, `…` between.
+fn elide_middle(name: &str, width: usize) -> String {
+    let n = name.chars().count();
+    if n <= width {
+        return name.to_string();
+    }
+    let head = (width - 1) / 3;
+    let tail = width - 1 - head;
+    let start: String = name.chars().take(head).collect();
+    let end: String = name.chars().skip(n - tail).collect();
+    format!("{start}…{end}")
+}
+
 /// How the text tables show `name`, with a `[clone …]` suffix kept.
 pub fn display_name(name: &str) -> std::borrow::Cow<'_, str> {
     let Some((start, end)) = short_parts(name) else {
@@ -57,6 +125,9 @@ fn short_parts(name: &str) -> Option<(usize, usize)> {
             continue;
         }
         match b[i] {
+            // A parameter list followed by `::` is an enclosing function's (`f()::{lambda()#1}::operator()`):
+            // part of the qualified name.
+            b'(' if depth == 0 && scope_after_parens(&b[i..]) => depth += 1,
             b'(' if depth == 0 => {
                 let start = operator
                     .map_or(spaces.last().copied(), |op| {
@@ -73,6 +144,24 @@ fn short_parts(name: &str) -> Option<(usize, usize)> {
         i += 1;
     }
     None
+}
+
+/// Whether the parenthesized group at the start of `b` is followed by `::`.
+fn scope_after_parens(b: &[u8]) -> bool {
+    let mut depth = 0usize;
+    for (i, &c) in b.iter().enumerate() {
+        match c {
+            b'(' => depth += 1,
+            b')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return b[i + 1..].starts_with(b"::");
+                }
+            }
+            _ => {}
+        }
+    }
+    false
 }
 
 /// Whether the text before the parameter list can be a demangled C++ name: no `/` or `;`, and every `:` part
@@ -141,12 +230,63 @@ mod tests {
                 "(anonymous namespace)::run<int>",
             ),
             ("Engine::reorder()", "Engine::reorder"),
+            (
+                "Engine::reorder()::{lambda(unsigned int, unsigned int)#1}::operator()(unsigned int, unsigned int) const",
+                "Engine::reorder()::{lambda(unsigned int, unsigned int)#1}::operator()",
+            ),
         ] {
             assert_eq!(display_name(full), short, "{full}");
         }
         assert_eq!(
             display_name("hot(int) [clone .constprop.0]"),
             "hot [clone .constprop.0]"
+        );
+    }
+
+    #[test]
+    fn long_names_never_print_alike() {
+        let names = [
+            "v8::internal::compiler::GraphReducer::ReduceTop()",
+            "v8::internal::compiler::GraphReducer::Reduce(v8::internal::compiler::Node*)",
+            "main",
+        ];
+        let (width, texts) = fit_column(&names, 36);
+        assert_eq!(width, 36);
+        assert_eq!(texts[0], "v8::interna…:GraphReducer::ReduceTop");
+        assert_eq!(texts[1], "v8::interna…er::GraphReducer::Reduce");
+        assert_eq!(texts[2], "main");
+        assert!(texts.iter().all(|t| t.chars().count() <= width));
+        // Names that differ only in their middle: the column widens until they differ.
+        let a = format!("ns::{}::alpha::{}::run", "x".repeat(30), "y".repeat(30));
+        let b = format!("ns::{}::beta::{}::run", "x".repeat(30), "y".repeat(30));
+        let (width, texts) = fit_column(&[&a, &b], 36);
+        assert_ne!(texts[0], texts[1], "{texts:?}");
+        assert!(width > 36 && texts.iter().all(|t| t.chars().count() <= width));
+        // Overloads without their parameter lists would be one text: their full names are shown.
+        let (_, texts) = fit_column(
+            &[
+                "Engine::step(int)",
+                "Engine::step(double)",
+                "Engine::step(int)",
+            ],
+            20,
+        );
+        assert_eq!(
+            texts,
+            [
+                "Engine::step(int)",
+                "Engine::step(double)",
+                "Engine::step(int)"
+            ]
+        );
+        // A name without parameters (an inlined copy's DWARF name) is the function of the full name.
+        let (_, texts) = fit_column(&["Engine::reorder()", "Engine::reorder"], 20);
+        assert_eq!(texts, ["Engine::reorder", "Engine::reorder"]);
+        // The same function twice (two commands, two modules) prints alike.
+        let (width, texts) = fit_column(&["main", "main"], 36);
+        assert_eq!(
+            (width, texts[0].as_str(), texts[1].as_str()),
+            (36, "main", "main")
         );
     }
 

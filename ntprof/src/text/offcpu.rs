@@ -113,13 +113,14 @@ fn blocking(out: &mut String, source: &SourceReport, top: usize) {
         "\n  Time {what} under each function (inclusive), of {}:",
         ms(total)
     );
+    let texts = super::names::fit_all(rows.iter().take(top).map(|r| r.0), 90);
     for (f, ns) in rows.iter().take(top) {
         let _ = writeln!(
             out,
             "  {:>12} {:>6.1}%  {}",
             ms(*ns),
             *ns as f64 * 100.0 / total as f64,
-            head(&display_name(f), 90)
+            texts[f]
         );
     }
     let _ = writeln!(

@@ -1,7 +1,7 @@
 //! The process summary: every process of the run in the order it appeared, indented under its parent, with its
 //! pid, parent, how it ended, its samples, its commands and the part of its command line that tells it apart
-//! from the processes that ran the same command. Processes without a sample (and without a descendant that has
-//! one) are summed up in one line.
+//! from the processes that ran the same command. Every process with samples (or with a descendant that has some)
+//! is listed, however many there are; processes without a sample are summed up in one line.
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -9,15 +9,13 @@ use std::fmt::Write;
 use super::{head, pct};
 use crate::report::{ProcessReport, Report};
 
-/// At most this many processes are listed (or `--top`, if larger); the rest are summed up in one line.
-const LISTED: usize = 40;
 /// The widest command line shown; a longer one is cut in the middle, so that both of its ends show.
 const LINE_WIDTH: usize = 64;
 /// At most this many commands are named in the line that sums up the processes without samples.
 const FOLDED_NAMES: usize = 6;
 
 /// Render the process summary (nothing for a run without processes).
-pub fn render(out: &mut String, report: &Report, top: usize) {
+pub fn render(out: &mut String, report: &Report) {
     let procs = &report.processes;
     if procs.is_empty() || report.run.mode == "kernel" {
         return;
@@ -47,8 +45,7 @@ pub fn render(out: &mut String, report: &Report, top: usize) {
         .iter()
         .filter(|p| !(fold && folded[p.id as usize]))
         .collect();
-    let limit = shown.len().min(LISTED.max(top));
-    for p in shown.iter().take(limit) {
+    for p in &shown {
         let depth = depth(report, p.id).min(8);
         let (n, share) = samples(p.id);
         let chain = p.commands.join(" → ");
@@ -65,17 +62,6 @@ pub fn render(out: &mut String, report: &Report, top: usize) {
             pct(share),
             head(&p.ended, 19),
             "  ".repeat(depth)
-        );
-    }
-    if shown.len() > limit {
-        let rest: u64 = shown.iter().skip(limit).map(|p| samples(p.id).0).sum();
-        let _ = writeln!(
-            out,
-            "  {:>8} {:>8} {:>9}          ({} more processes)",
-            "",
-            "",
-            rest,
-            shown.len() - limit
         );
     }
     if fold {
@@ -345,7 +331,7 @@ mod tests {
             [false, false, true, true, true, false, false]
         );
         let mut out = String::new();
-        render(&mut out, &report, 10);
+        render(&mut out, &report);
         assert!(out.contains("7 processes"), "{out}");
         assert!(
             out.contains("… 3 more processes with 0 samples (pyenv ×2, env)"),
@@ -364,9 +350,44 @@ mod tests {
         report.sources[0].processes.push(samples(3, 1));
         report.sources[0].processes.push(samples(4, 1));
         let mut out = String::new();
-        render(&mut out, &report, 10);
+        render(&mut out, &report);
         assert!(
             !out.contains("with 0 samples") && out.contains(" 102 "),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn every_process_with_samples_is_listed() {
+        // `make -j2` of a project: 100 compilers with samples under make, and 30 shells without.
+        let mut report = crate::output::fixture::report();
+        let mut procs = vec![process(0, "make", "make -j2")];
+        for id in 1..=130 {
+            let mut p = process(id, if id <= 100 { "cc1" } else { "sh" }, "");
+            p.parent = Some(0);
+            procs.push(p);
+        }
+        report.processes = procs;
+        report.sources[0].processes = (1..=100)
+            .map(|id| crate::report::ProcessSamples {
+                process: id,
+                pid: 100 + id,
+                counted: 10,
+                outside: 0,
+                share: 0.01,
+            })
+            .collect();
+        let mut out = String::new();
+        render(&mut out, &report);
+        for pid in 100..=200 {
+            assert!(
+                out.contains(&format!(" {pid} ")),
+                "{pid} not listed:\n{out}"
+            );
+        }
+        assert!(!out.contains("more processes)"), "{out}");
+        assert!(
+            out.contains("… 30 more processes with 0 samples (sh ×30)"),
             "{out}"
         );
     }

@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use super::names::display_name;
+use super::names::fit_column;
 use super::{bar, head, pct, tail};
 use crate::report::{Expectation, SourceReport};
 
@@ -111,22 +111,29 @@ fn modules(out: &mut String, s: &SourceReport, total: u64) {
 }
 
 fn functions(out: &mut String, s: &SourceReport, top: usize, total: u64, column: Column) {
+    let names: Vec<&str> = s
+        .functions
+        .iter()
+        .take(top)
+        .map(|f| f.name.as_str())
+        .collect();
+    let (width, texts) = fit_column(&names, 36);
     let _ = writeln!(
         out,
-        "\n  {:>9} {:>7}  {}{:<36} Module",
+        "\n  {:>9} {:>7}  {}{:<width$} Module",
         "Samples",
         "Share",
         column.title(),
         "Function"
     );
-    for f in s.functions.iter().take(top) {
+    for (f, text) in s.functions.iter().zip(&texts) {
         let _ = writeln!(
             out,
-            "  {:>9} {:>7}  {}{:<36} {:<26} {}",
+            "  {:>9} {:>7}  {}{:<width$} {:<26} {}",
             f.samples,
             pct(f.share),
             column.cell(&f.command),
-            head(&display_name(&f.name), 36),
+            text,
             tail(&f.module, 26),
             bar(f.share)
         );
@@ -148,9 +155,16 @@ fn functions(out: &mut String, s: &SourceReport, top: usize, total: u64, column:
 }
 
 fn lines(out: &mut String, s: &SourceReport, top: usize, column: Column) {
+    let names: Vec<&str> = s
+        .lines
+        .iter()
+        .take(top)
+        .map(|l| l.function.as_str())
+        .collect();
+    let (width, texts) = fit_column(&names, 20);
     let _ = writeln!(
         out,
-        "\n  {:>9} {:>7}  {}{:<20} {:<20} {:<26} source",
+        "\n  {:>9} {:>7}  {}{:<20} {:<width$} {:<26} source",
         "Samples",
         "Share",
         column.title(),
@@ -158,18 +172,18 @@ fn lines(out: &mut String, s: &SourceReport, top: usize, column: Column) {
         "Function",
         "Module"
     );
-    for l in s.lines.iter().take(top) {
+    for (l, function) in s.lines.iter().zip(&texts) {
         let file = std::path::Path::new(&l.file)
             .file_name()
             .map_or(l.file.clone(), |f| f.to_string_lossy().into_owned());
         let _ = writeln!(
             out,
-            "  {:>9} {:>7}  {}{:<20} {:<20} {:<26} {}",
+            "  {:>9} {:>7}  {}{:<20} {:<width$} {:<26} {}",
             l.samples,
             pct(l.share),
             column.cell(&l.command),
             tail(&format!("{file}:{}", l.line), 20),
-            head(&display_name(&l.function), 20),
+            function,
             tail(&l.module, 26),
             l.text.as_deref().map(str::trim).unwrap_or("")
         );
@@ -183,13 +197,15 @@ pub fn render_expected(out: &mut String, s: &SourceReport, expected: &[Expectati
     if expected.is_empty() || total == 0 {
         return;
     }
+    let names: Vec<&str> = expected.iter().map(|e| e.function.as_str()).collect();
+    let (width, texts) = fit_column(&names, 36);
     let _ = writeln!(
         out,
-        "\n  {:<36} {:>9} {:>9} {:>10} {:>8}",
+        "\n  {:<width$} {:>9} {:>9} {:>10} {:>8}",
         "Designed against measured", "designed", "measured", "deviation", "sigma"
     );
     let mut largest: Option<(f64, f64)> = None;
-    for e in expected {
+    for (e, text) in expected.iter().zip(&texts) {
         let samples: u64 = s
             .functions
             .iter()
@@ -210,8 +226,8 @@ pub fn render_expected(out: &mut String, s: &SourceReport, expected: &[Expectati
         }
         let _ = writeln!(
             out,
-            "  {:<36} {:>8.1}% {:>8.1}% {:>+6.1} pts {:>+8.2}",
-            head(&e.function, 36),
+            "  {:<width$} {:>8.1}% {:>8.1}% {:>+6.1} pts {:>+8.2}",
+            text,
             e.percent,
             measured * 100.0,
             points,

@@ -10,8 +10,8 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
-use super::names::display_name;
-use super::{head, pct};
+use super::names::fit_all;
+use super::pct;
 use crate::report::{Report, SourceReport, StackReport};
 
 /// Branches of the call tree below this share of the source's samples are not printed.
@@ -98,6 +98,16 @@ fn called_from(out: &mut String, source: &SourceReport, top: usize) {
             pct(truncated as f64 / total.max(1) as f64)
         );
     }
+    // Every name of the section as it prints: never two functions alike, however long.
+    let texts = fit_all(
+        source
+            .functions
+            .iter()
+            .take(top.min(10))
+            .map(|f| f.name.as_str())
+            .chain(c.callers.values().flat_map(|m| m.keys().copied())),
+        70,
+    );
     let mut shown: Vec<&str> = Vec::new();
     for f in source.functions.iter().take(top.min(10)) {
         if shown.contains(&f.name.as_str()) {
@@ -110,7 +120,7 @@ fn called_from(out: &mut String, source: &SourceReport, top: usize) {
         let _ = writeln!(
             out,
             "  {}  self {}  inclusive {}",
-            head(&display_name(&f.name), 70),
+            texts[f.name.as_str()],
             pct(f.share),
             pct(incl as f64 / total.max(1) as f64)
         );
@@ -124,7 +134,7 @@ fn called_from(out: &mut String, source: &SourceReport, top: usize) {
                 out,
                 "    {:>6}  {}",
                 pct(*n as f64 / incl.max(1) as f64),
-                head(&display_name(caller), 76)
+                texts[caller]
             );
         }
         if rows.len() > CALLERS_SHOWN {
@@ -172,10 +182,17 @@ fn tree(out: &mut String, report: &Report, source: &SourceReport) {
         pct(TREE_MIN_SHARE)
     );
     let _ = report;
-    print_children(out, &root, total.max(1), 1);
+    let texts = fit_all(source.stacks.iter().flat_map(|s| expanded(source, s)), 90);
+    print_children(out, &root, total.max(1), 1, &texts);
 }
 
-fn print_children(out: &mut String, node: &Node<'_>, total: u64, depth: usize) {
+fn print_children(
+    out: &mut String,
+    node: &Node<'_>,
+    total: u64,
+    depth: usize,
+    texts: &HashMap<&str, String>,
+) {
     let mut kids: Vec<(&&str, &Node<'_>)> = node.children.iter().collect();
     kids.sort_by(|a, b| b.1.samples.cmp(&a.1.samples).then(a.0.cmp(b.0)));
     for (name, child) in kids {
@@ -190,16 +207,12 @@ fn print_children(out: &mut String, node: &Node<'_>, total: u64, depth: usize) {
             pct(child.own as f64 / total as f64),
             "  ".repeat(depth - 1),
             // The first level is the commands; the functions under them are shown as the tables show them.
-            head(
-                &if depth > 1 {
-                    display_name(name)
-                } else {
-                    (*name).into()
-                },
-                90
-            )
+            match texts.get(*name) {
+                Some(text) if depth > 1 => text.as_str(),
+                _ => name,
+            }
         );
-        print_children(out, child, total, depth + 1);
+        print_children(out, child, total, depth + 1, texts);
     }
 }
 

@@ -1,0 +1,40 @@
+//! The recorder's fixed cost: a command that sleeps and starts nothing costs one read round per 100 ms (the
+//! fast rounds, every 2 ms, start only once a fork or an exec has been read). Rounds are counted, not CPU time,
+//! so that the bound holds on a loaded machine: `run.recorder_rounds` of the JSON report.
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+mod common;
+use common::{run_ok, u};
+
+const NTPROF: &str = env!("CARGO_BIN_EXE_ntprof");
+
+#[test]
+fn a_sleeping_command_costs_one_round_per_100_ms() {
+    let dir = common::build_dir("idle");
+    let json = dir.join("sleep.json");
+    let mut cmd = Command::new(NTPROF);
+    cmd.args(["record", "-q", "--json"])
+        .arg(&json)
+        .args(["--", "sleep", "3"]);
+    run_ok(cmd, Duration::from_secs(120));
+    let r: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let run = &r["run"];
+    let rounds = u(&run["recorder_rounds"]);
+    let seconds = run["duration_s"].as_f64().unwrap();
+    let cpu_ms = run["recorder_cpu_ms"].as_f64().unwrap();
+    eprintln!(
+        "sleep 3: {rounds} rounds in {seconds:.2} s, recorder CPU {cpu_ms:.1} ms ({:.2} ms/s)",
+        cpu_ms / seconds
+    );
+    // One round per 100 ms, and a few more for the start and the end: fast rounds (every 2 ms) would be
+    // hundreds. A late wake-up on a loaded machine makes rounds fewer, never more.
+    let bound = (seconds * 10.0).ceil() as u64 + 10;
+    assert!(
+        (1..=bound).contains(&rounds),
+        "{rounds} read rounds in {seconds:.2} s (at most {bound} for a command that starts nothing)"
+    );
+}
