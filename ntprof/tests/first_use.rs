@@ -104,3 +104,135 @@ fn cpus_limits_the_samples_not_the_side_band() {
     );
     assert!(modules.contains(&"other_cpu"), "{modules:?}");
 }
+
+/// A scratch file path in this test binary's build directory.
+fn scratch(name: &str) -> PathBuf {
+    let p = programs().join(name);
+    let _ = std::fs::remove_file(&p);
+    p
+}
+
+/// `ntprof record CMD ARGS` without `--` runs the command, as perf does: every word from the command's on is
+/// the command's, options included.
+#[test]
+fn record_runs_a_command_given_without_double_dash() {
+    let out = ntprof(&["record", "--format", "json", "sh", "-c", "exit 7", "-x"]);
+    assert_eq!(out.status.code(), Some(7), "stderr: {}", stderr(&out));
+    let report: Value = serde_json::from_slice(&out.stdout).expect("the JSON report");
+    assert_eq!(
+        report["run"]["command"],
+        serde_json::json!(["sh", "-c", "exit 7", "-x"])
+    );
+    // An option ntprof does not know, before any command, is still a usage error, not a command.
+    let out = ntprof(&["record", "--no-such-option", "true"]);
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr(&out));
+}
+
+/// `-F HZ` / `--freq HZ` sample time sources HZ times a second: the interval is 1/HZ s in 100 ns units;
+/// given with a bare `--interval`, or with no time source, it is a usage error.
+#[test]
+fn freq_sets_the_interval_of_time_sources() {
+    for flag in ["-F", "--freq"] {
+        let report = json_of(&ntprof(&[
+            "record", flag, "400", "--format", "json", "--", "true",
+        ]));
+        assert_eq!(
+            u(&source(&report, "Timer")["interval"]),
+            25_000,
+            "{flag} 400"
+        );
+    }
+    let report = json_of(&ntprof(&[
+        "record",
+        "-F",
+        "400",
+        "-s",
+        "Timer,page-faults",
+        "--format",
+        "json",
+        "--",
+        "true",
+    ]));
+    assert_eq!(u(&source(&report, "Timer")["interval"]), 25_000);
+    let faults = u(&source(&report, "page-faults")["interval"]);
+    assert_ne!(faults, 25_000, "page-faults keeps its own interval");
+    for bad in [
+        &["record", "-F", "400", "-i", "100", "--", "true"][..],
+        &["record", "-F", "400", "-s", "page-faults", "--", "true"],
+        &["record", "-F", "0", "--", "true"],
+    ] {
+        let out = ntprof(bad);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}: {}", stderr(&out));
+    }
+}
+
+/// `record -p PID` is perf's spelling of `attach --pid PID`.
+#[test]
+fn record_p_attaches_to_a_running_process() {
+    let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = child.id().to_string();
+    let out = ntprof(&[
+        "record",
+        "-p",
+        &pid,
+        "--duration",
+        "0.3",
+        "--format",
+        "json",
+    ]);
+    let _ = child.kill();
+    let _ = child.wait();
+    let report = json_of(&out);
+    assert_eq!(report["run"]["mode"], "attach");
+    assert_eq!(u(&report["run"]["pid"]), u64::from(child.id()));
+    // With a command as well, it is a usage error.
+    let out = ntprof(&["record", "-p", &pid, "--", "true"]);
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr(&out));
+}
+
+/// Options that cannot be honoured fail before the command runs: `--jitter` (the sampler's period is fixed)
+/// and a `--module` that names no file.
+#[test]
+fn jitter_and_unknown_modules_are_refused_before_the_command_runs() {
+    for (args, said) in [
+        (&["--jitter", "20"][..], "--jitter 20"),
+        (&["--module", "nosuch.so"], "--module nosuch.so"),
+        (&["--module", "/no/such/dir/libx.so"], "no such file"),
+    ] {
+        let witness = scratch("ran");
+        let mut argv = vec!["record"];
+        argv.extend_from_slice(args);
+        let touch = format!("touch {}", witness.display());
+        argv.extend_from_slice(&["--", "sh", "-c", &touch]);
+        let out = ntprof(&argv);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(said), "{args:?}: {}", stderr(&out));
+        assert!(out.stdout.is_empty(), "{args:?}: a report was printed");
+        assert!(!witness.exists(), "{args:?}: the command ran");
+    }
+    // A module that exists passes the check, by file name or by path, and so does the command's own name.
+    let out = ntprof(&[
+        "record",
+        "--module",
+        "libc.so.6",
+        "--module",
+        "true",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+}
+
+/// `--quiet` (no progress) belongs to the commands that record; `report` has no progress and no such option.
+#[test]
+fn report_has_no_quiet_option() {
+    let help = ntprof(&["report", "--help"]);
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert!(text.contains("--format"), "{text}");
+    assert!(!text.contains("--quiet"), "{text}");
+    let rec = String::from_utf8_lossy(&ntprof(&["record", "--help"]).stdout).into_owned();
+    assert!(
+        rec.contains("--quiet") && rec.contains("--freq") && rec.contains("--pid"),
+        "{rec}"
+    );
+}
