@@ -236,3 +236,38 @@ fn report_has_no_quiet_option() {
         "{rec}"
     );
 }
+
+/// A command line with newlines (a `sh -c` or `python3 -c` script) is one line of the header and one row of
+/// the process table, its newlines escaped; the JSON report keeps the real string.
+#[test]
+fn multi_line_command_lines_are_escaped_in_text_and_kept_in_json() {
+    let script = "x=1\ny=2\nexit 0";
+    let json = scratch("multi_line.json");
+    let out = ntprof(&[
+        "record",
+        "--json",
+        json.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let escaped = "x=1\\ny=2\\nexit 0";
+    let header = text.lines().next().unwrap();
+    assert_eq!(header, format!("ntprof record: sh -c {escaped}"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains(&format!("[sh -c {escaped}]"))),
+        "no process row with the escaped line:\n{text}"
+    );
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.starts_with("y=2") || l.starts_with("exit 0")),
+        "a raw newline of the command line:\n{text}"
+    );
+    let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(report["run"]["command"][2], script);
+}
