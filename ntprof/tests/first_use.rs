@@ -271,3 +271,19 @@ fn multi_line_command_lines_are_escaped_in_text_and_kept_in_json() {
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["run"]["command"][2], script);
 }
+
+/// `ntprof sources` gives each source that cannot be sampled one clear reason, not an error and its OS text
+/// twice over.
+#[test]
+fn sources_give_one_reason_each() {
+    let out = ntprof(&["sources"]);
+    assert_eq!(out.status.code(), Some(0));
+    let text = String::from_utf8(out.stdout).unwrap();
+    for line in text.lines().filter(|l| l.starts_with("0x")) {
+        assert!(!line.contains("os error"), "{line}");
+        assert!(
+            line.matches('(').count() <= 1,
+            "more than one parenthesis: {line}"
+        );
+    }
+}
