@@ -34,6 +34,17 @@ fn programs() -> &'static PathBuf {
             ],
             &dir,
         );
+        gcc(
+            &[
+                "-O2",
+                "-g",
+                "-fno-omit-frame-pointer",
+                "-o",
+                &format!("{d}/qsort_fp"),
+                &s("qsort_fp.c"),
+            ],
+            &dir,
+        );
         dir
     })
 }
@@ -285,5 +296,39 @@ fn sources_give_one_reason_each() {
             line.matches('(').count() <= 1,
             "more than one parenthesis: {line}"
         );
+    }
+}
+
+/// A frame-pointer chain that ends in code built without frame pointers (the comparator libc's qsort calls) is
+/// not shown as a complete stack (`[root]`): its outermost caller is `[fp chain ended]`, and the report says
+/// that `--call-graph dwarf` walks such code.
+#[test]
+fn fp_chains_that_end_in_libc_are_marked_possibly_cut() {
+    let prog = programs().join("qsort_fp");
+    let out = ntprof(&["record", "-g", "--call-tree", "--", prog.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let called_from = &text[text.find("Called from").expect("a Called from section")..];
+    let compare = &called_from[called_from
+        .find("slow_compare")
+        .expect("slow_compare's callers")..];
+    let callers: Vec<&str> = compare
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with("    "))
+        .collect();
+    assert!(!callers.is_empty(), "{called_from}");
+    assert!(
+        !callers.iter().any(|l| l.trim_end().ends_with("[root]")),
+        "a frame-pointer chain that ended in libc reads as complete:\n{called_from}"
+    );
+    assert!(
+        callers.iter().any(|l| l.contains("[fp chain ended]")
+            || l.contains("[truncated]")
+            || l.contains("msort")),
+        "{called_from}"
+    );
+    if callers.iter().any(|l| l.contains("[fp chain ended]")) {
+        assert!(called_from.contains("--call-graph dwarf"), "{called_from}");
     }
 }
