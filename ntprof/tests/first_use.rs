@@ -332,3 +332,42 @@ fn fp_chains_that_end_in_libc_are_marked_possibly_cut() {
         assert!(called_from.contains("--call-graph dwarf"), "{called_from}");
     }
 }
+
+/// Notes count in words that agree with the number: "1 process ... was", never "process(es)".
+#[test]
+fn notes_use_singular_and_plural() {
+    let mut sh = Command::new("sh")
+        .args(["-c", "sleep 30 & wait"])
+        .spawn()
+        .unwrap();
+    let pid = sh.id();
+    // Attach once the shell's one child is running (its children list in /proc names it).
+    let children = format!("/proc/{pid}/task/{pid}/children");
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(&children)
+        .ok()
+        .is_none_or(|c| c.trim().is_empty())
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the shell started no child"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = ntprof(&["attach", "--pid", &pid.to_string(), "--duration", "0.3"]);
+    let kids = std::fs::read_to_string(&children).unwrap_or_default();
+    for k in kids.split_whitespace() {
+        let _ = Command::new("kill").arg(k).status();
+    }
+    let _ = sh.kill();
+    let _ = sh.wait();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains("(es)") && !text.contains("(s) "), "{text}");
+    assert!(
+        text.contains(
+            "note: 1 process the attached process had started before the attach was profiled too"
+        ),
+        "{text}"
+    );
+}
