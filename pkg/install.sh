@@ -109,7 +109,10 @@ fi
 
 # Libs.private: what a static link needs besides libntprofile.a, as
 # `cargo rustc --lib --crate-type staticlib -- --print native-static-libs` reports it for the Rust standard
-# library on x86_64-unknown-linux-gnu.
+# library on x86_64-unknown-linux-gnu, with `-static` first: `pkg-config --static` output always follows the
+# `-lntprofile` of `Libs`, and only a static link makes that `-lntprofile` take libntprofile.a when
+# libntprofile.so sits beside it (the linker looks for the .so first in each directory). A static link takes
+# libgcc's unwinder from libgcc_eh.a (gcc adds it), not -lgcc_s, which has no archive.
 sed -e "s|@PREFIX@|$prefix|g" -e "s|@LIBDIR@|$libdir|g" -e "s|@INCLUDEDIR@|$includedir|g" \
     -e "s|@VERSION@|$version|g" "$repo/pkg/ntprofile.pc.in" >"$lib/pkgconfig/ntprofile.pc.tmp"
 mv "$lib/pkgconfig/ntprofile.pc.tmp" "$lib/pkgconfig/ntprofile.pc"

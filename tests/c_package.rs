@@ -242,3 +242,26 @@ fn static_library_links_with_pkg_config_static() {
     let counted = run_example(&exe, None);
     println!("static: {counted} samples counted");
 }
+
+/// With both kinds installed (the default), `pkg-config --static` still links the static library: the program
+/// needs no shared libntprofile (nor any shared library: `--static` gives a static program).
+#[test]
+fn pkg_config_static_links_the_archive_when_both_kinds_are_installed() {
+    let scratch = Scratch::new("both");
+    let prefix = scratch.path("prefix");
+    install(&prefix, &[]);
+    let lib = prefix.join("lib");
+    assert!(lib.join("libntprofile.a").is_file() && lib.join("libntprofile.so").exists());
+    let flags = pkg_config(&prefix, &["--static", "--cflags", "--libs"]);
+    let exe = scratch.path("example_hot_both_static");
+    build_example(&exe, &flags);
+    let needs = needed(&exe);
+    println!("NEEDED {needs:?}");
+    assert!(
+        !needs.iter().any(|n| n.starts_with("libntprofile")),
+        "pkg-config --static linked the shared libntprofile: {needs:?}"
+    );
+    // Run where the shared library could be found: the program must not use it.
+    let counted = run_example(&exe, Some(&lib));
+    println!("static with both installed: {counted} samples counted");
+}

@@ -67,6 +67,8 @@ pub mod abi {
     pub const SW_PAGE_FAULTS_MAJ: u64 = b::PERF_COUNT_SW_PAGE_FAULTS_MAJ as u64;
     /// `PERF_COUNT_SW_ALIGNMENT_FAULTS`.
     pub const SW_ALIGNMENT_FAULTS: u64 = b::PERF_COUNT_SW_ALIGNMENT_FAULTS as u64;
+    /// `PERF_COUNT_SW_DUMMY`: counts nothing, never samples; carries side-band records.
+    pub const SW_DUMMY: u64 = b::PERF_COUNT_SW_DUMMY as u64;
 
     /// `PERF_COUNT_HW_CACHE_L1D`.
     pub const CACHE_L1D: u64 = b::PERF_COUNT_HW_CACHE_L1D as u64;

@@ -100,6 +100,25 @@ pub fn format_of(params: &SamplerEventParams) -> SampleFormat {
     }
 }
 
+impl SamplerEventParams {
+    /// The same event as a side-band carrier only: the software dummy event (it counts nothing and never
+    /// samples) with the same side-band flags and record layout, for the CPUs whose samples are not wanted but
+    /// whose mappings, execs, forks and exits are.
+    pub fn sideband_only(&self) -> SamplerEventParams {
+        SamplerEventParams {
+            spec: PerfEventSpec {
+                type_: super::event::abi::TYPE_SOFTWARE,
+                config: super::event::abi::SW_DUMMY,
+                config1: 0,
+                config2: 0,
+                name: "dummy",
+            },
+            context_switch: false,
+            ..*self
+        }
+    }
+}
+
 /// Open one sampler event, disabled, for task `tid` (or [`Tid::ALL_TASKS`]) on CPU `cpu`: `sample_type`
 /// IP|TID|TIME|CPU (+CALLCHAIN, +REGS_USER|STACK_USER), `sample_id_all`, the monotonic clock, and the
 /// side-band flags of `params`.

@@ -41,7 +41,7 @@ pub(super) fn build(b: SamplerBuilder) -> Result<Sampler, Error> {
     let targets = targets_of(&b, me)?;
     let (pin, own) = pin_library_threads(&targets)?;
     let (interval, params, pages) = event_params(&b, spec, stack_user);
-    let mut opener = Opener::new(params, &cpus, pages, min_pages(&params));
+    let mut opener = Opener::new(params, &cpus, &online_cpus(), pages, min_pages(&params));
     opener.chosen_wakeup = b.wakeup_bytes;
     let processes = opener.open_all(b.global, targets, &own)?;
     let raw: Vec<RawFd> = opener.fds.iter().map(AsRawFd::as_raw_fd).collect();

@@ -112,7 +112,8 @@ impl SamplerBuilder {
     }
 
     /// The CPUs to sample on (default: every online CPU). A CPU that is not online gives
-    /// `STATUS_INVALID_PARAMETER`.
+    /// `STATUS_INVALID_PARAMETER`. Side-band records (see [`sideband`](Self::sideband)) still come from every
+    /// online CPU: a task that maps a library or forks on another CPU is known when it is sampled on these.
     pub fn cpus(mut self, cpus: impl IntoIterator<Item = usize>) -> Self {
         self.cpus = Some(cpus.into_iter().collect());
         self

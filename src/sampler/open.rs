@@ -70,7 +70,10 @@ impl From<Error> for Stop {
 /// The events opened so far.
 pub(super) struct Opener {
     pub(super) params: SamplerEventParams,
+    /// The CPUs with a ring: the sampled ones, and with side-band records every online one.
     cpus: Vec<usize>,
+    /// Per CPU of `cpus`: whether it is sampled (else it carries side-band records only).
+    sampled: Vec<bool>,
     /// Data pages of every ring (halved while the budget refuses them).
     pub(super) pages: usize,
     /// The fewest data pages a ring may have (two of the largest samples and a Lost record).
@@ -96,17 +99,27 @@ struct Checkpoint {
 }
 
 impl Opener {
+    /// An opener that samples on `cpus` and, with side-band records, reads them from every CPU of `online`
+    /// (a task that maps a library, forks or execs on a CPU that is not sampled is still known when it is
+    /// sampled elsewhere).
     pub(super) fn new(
         params: SamplerEventParams,
         cpus: &CpuSet,
+        online: &CpuSet,
         pages: usize,
         min_pages: usize,
     ) -> Opener {
-        let cpus: Vec<usize> = cpus.iter().collect();
-        let owner = vec![None; cpus.len()];
+        let all: Vec<usize> = if params.sideband {
+            cpus.union(online).iter().collect()
+        } else {
+            cpus.iter().collect()
+        };
+        let sampled = all.iter().map(|&c| cpus.contains(c)).collect();
+        let owner = vec![None; all.len()];
         Opener {
             params,
-            cpus,
+            cpus: all,
+            sampled,
             pages: pages.max(min_pages),
             min_pages,
             fds: Vec::new(),
@@ -246,7 +259,7 @@ impl Opener {
     fn observe(&mut self, tid: Tid, who: Who) -> Result<(), Stop> {
         for ci in 0..self.cpus.len() {
             let cpu = self.cpus[ci];
-            let Some(fd) = self.open_one(tid, cpu, who)? else {
+            let Some(fd) = self.open_one(tid, cpu, who, self.sampled[ci])? else {
                 return Ok(()); // the task exited meanwhile
             };
             let ring = match self.owner[ci] {
@@ -284,11 +297,23 @@ impl Opener {
         Ok(())
     }
 
-    /// Open one event; `None` when the task is gone (ESRCH).
-    fn open_one(&mut self, tid: Tid, cpu: usize, who: Who) -> Result<Option<OwnedFd>, Error> {
+    /// Open one event (`sampled`: the sampler's event, else its side-band carrier); `None` when the task is
+    /// gone (ESRCH).
+    fn open_one(
+        &mut self,
+        tid: Tid,
+        cpu: usize,
+        who: Who,
+        sampled: bool,
+    ) -> Result<Option<OwnedFd>, Error> {
         let mut interrupted = 0;
         loop {
-            match open_sampler_event(&self.params, tid, cpu) {
+            let params = if sampled {
+                self.params
+            } else {
+                self.params.sideband_only()
+            };
+            match open_sampler_event(&params, tid, cpu) {
                 Ok(fd) => return Ok(Some(fd)),
                 Err(Errno::ESRCH) if tid != Tid::ALL_TASKS => return Ok(None),
                 Err(Errno::EINTR) if interrupted < 3 => interrupted += 1,

@@ -41,7 +41,7 @@ impl Support {
         self == Support::Supported
     }
 
-    /// A short human reason ("supported", "no PMU event (ENOENT)", ...).
+    /// A short human reason, one clause ("supported", "this machine has no PMU that counts it (ENOENT)", ...).
     pub fn reason(self) -> String {
         match self {
             Support::Supported => "supported".to_string(),
@@ -52,19 +52,17 @@ impl Support {
                                               kernel.perf_event_paranoid <= 1"
                     .to_string()
             }
-            Support::OpenFailed(errno) => {
-                let what = match errno {
-                    Errno::ENOENT => "the event does not exist on this machine (no PMU)",
-                    Errno::EOPNOTSUPP => "sampling not supported by this PMU",
-                    Errno::ENODEV => "no such device",
-                    Errno::EACCES | Errno::EPERM => "not permitted",
-                    _ => "perf_event_open failed",
-                };
-                format!(
-                    "{what} ({})",
-                    std::io::Error::from_raw_os_error(errno as i32)
-                )
-            }
+            Support::OpenFailed(errno) => match errno {
+                Errno::ENOENT => "this machine has no PMU that counts it (ENOENT)".into(),
+                Errno::EOPNOTSUPP => {
+                    "the PMU counts this event but cannot sample it (EOPNOTSUPP)".into()
+                }
+                Errno::ENODEV => "no device for this event (ENODEV)".into(),
+                Errno::EACCES | Errno::EPERM => {
+                    format!("this caller may not open the event ({errno:?})")
+                }
+                _ => format!("the kernel refused the event: {} ({errno:?})", errno.desc()),
+            },
         }
     }
 

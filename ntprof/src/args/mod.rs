@@ -86,10 +86,17 @@ pub struct ProfileArgs {
     /// its first instruction (and an attach follows the descendants running at the attach too).
     #[arg(long)]
     pub no_inherit: bool,
-    /// Randomize each sample period by up to +- PERCENT % (0..=90) so that periodic work cannot alias with it.
-    #[arg(long, value_name = "PERCENT", default_value_t = 0,
+    /// Not available here (0 only): 'record' and 'attach' sample with a fixed period; the period jitter is the
+    /// library's, for NT profiles (NtSetJitter / ntprofile::set_jitter). A value above 0 is refused before
+    /// anything runs.
+    #[arg(long, value_name = "PERCENT", default_value_t = 0, hide_short_help = true,
           value_parser = clap::value_parser!(u32).range(0..=90))]
     pub jitter: u32,
+    /// Sample time sources HZ times a second (perf's and samply's spelling): the interval 1/HZ s, i.e.
+    /// 10000000/HZ in 100 ns units. Sources that count events keep their --interval (or default).
+    #[arg(short = 'F', long = "freq", value_name = "HZ",
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub freq: Option<u32>,
     /// Only these processors, e.g. 0-3,6 (default: all).
     #[arg(long, value_name = "LIST", value_parser = parse_cpu_list)]
     pub cpus: Option<CpuList>,
@@ -137,11 +144,19 @@ pub struct RecordArgs {
     /// Profiling options.
     #[command(flatten)]
     pub profile: ProfileArgs,
+    /// Attach to running processes instead of running a command (perf's spelling of 'ntprof attach --pid').
+    #[arg(short = 'p', long, value_name = "PID[,PID...]", value_delimiter = ',',
+          value_parser = clap::value_parser!(u32).range(1..), conflicts_with = "kernel")]
+    pub pid: Vec<u32>,
     /// Output options.
     #[command(flatten)]
     pub output: OutputArgs,
-    /// The command to run and its arguments (after --).
-    #[arg(last = true, value_name = "CMD")]
+    /// No live progress on stderr.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
+    /// The command to run and its arguments: after '--', or as the first word that is not an option (every
+    /// word after it is the command's, as with perf).
+    #[arg(value_name = "CMD", trailing_var_arg = true, num_args = 0..)]
     pub command: Vec<String>,
 }
 
@@ -162,6 +177,9 @@ pub struct AttachArgs {
     /// Output options.
     #[command(flatten)]
     pub output: OutputArgs,
+    /// No live progress on stderr.
+    #[arg(short = 'q', long)]
+    pub quiet: bool,
 }
 
 /// The options of `ntprof demo`.
@@ -282,7 +300,8 @@ impl ProfileArgs {
             .or((self.call_stacks || self.off_cpu).then_some(CallGraph::Fp))
     }
 
-    /// The interval asked for `source`: its own `SOURCE=N`, else a bare `N`, else none (the source's default).
+    /// The interval asked for `source`: its own `SOURCE=N`, else (a time source) `-F HZ`'s, else a bare `N`,
+    /// else none (the source's default).
     pub fn interval_for(&self, source: ProfileSource) -> Option<u32> {
         let own = self
             .intervals
@@ -290,7 +309,11 @@ impl ProfileArgs {
             .rev()
             .find(|i| i.source == Some(source));
         let all = self.intervals.iter().rev().find(|i| i.source.is_none());
-        own.or(all).map(|i| i.value)
+        let freq = self
+            .freq
+            .filter(|_| source.interval_unit() == ntprofile::IntervalUnit::Time100ns)
+            .map(interval_of_freq);
+        own.map(|i| i.value).or(freq).or(all.map(|i| i.value))
     }
 
     /// An `--interval SOURCE=N` whose source is not among `--source`, if any (a usage error).
@@ -300,6 +323,11 @@ impl ProfileArgs {
             .filter_map(|i| i.source)
             .find(|s| !self.sources.contains(s))
     }
+}
+
+/// The interval, in 100 ns units, of `hz` samples a second (rounded to the nearest unit).
+pub fn interval_of_freq(hz: u32) -> u32 {
+    ((10_000_000 + u64::from(hz) / 2) / u64::from(hz)) as u32
 }
 
 fn parse_expect_arg(s: &str) -> Result<Expectation, String> {

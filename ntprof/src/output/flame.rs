@@ -189,12 +189,44 @@ pub fn render_source(report: &Report, source: &SourceReport) -> Result<Vec<u8>, 
         options.count_name = "samples".into();
     }
     options.name_type = "Frame:".into();
+    fit_titles(&mut options);
     let mut svg = Vec::new();
     flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut svg)
         .map_err(|e| format!("cannot draw the flame graph of {}: {e}", source.name))?;
     let svg = String::from_utf8(svg)
         .map_err(|e| format!("the flame graph of {} is not UTF-8: {e}", source.name))?;
     Ok(label_root(svg, &format!("all: {what} [{}]", source.name)).into_bytes())
+}
+
+/// Cut the title and the subtitle in the middle (`…`) to what the image's width holds at their font sizes
+/// (inferno centres them and draws them whole, so a longer one is clipped at both edges).
+fn fit_titles(options: &mut Options<'_>) {
+    let width = options.image_width.unwrap_or(DEFAULT_IMAGE_WIDTH) as f64;
+    // The title is drawn 5 points larger than the frames' font; a character is `font_width` of the size wide.
+    let chars = |size: f64| {
+        ((width - 20.0) / (size * options.font_width))
+            .floor()
+            .max(8.0) as usize
+    };
+    let title_chars = chars(options.font_size as f64 + 5.0);
+    options.title = cut_middle(&options.title, title_chars);
+    let sub_chars = chars(options.font_size as f64);
+    options.subtitle = options.subtitle.take().map(|s| cut_middle(&s, sub_chars));
+}
+
+/// inferno's image width when none is set.
+const DEFAULT_IMAGE_WIDTH: usize = 1200;
+
+/// `s` in at most `max` characters: its start and its end, `…` in place of the middle.
+fn cut_middle(s: &str, max: usize) -> String {
+    let n = s.chars().count();
+    if n <= max {
+        return s.to_string();
+    }
+    let keep = max - 1;
+    let front: String = s.chars().take(keep - keep / 2).collect();
+    let back: String = s.chars().skip(n - keep / 2).collect();
+    format!("{front}…{back}")
 }
 
 /// The most characters of the root's label drawn in its box (the box spans the width: 1180 pixels of 12-pixel

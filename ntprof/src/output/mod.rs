@@ -88,9 +88,6 @@ pub struct OutputArgs {
     /// down to branches of at least 0.5 % of the samples.
     #[arg(long)]
     pub call_tree: bool,
-    /// No live progress on stderr.
-    #[arg(short = 'q', long)]
-    pub quiet: bool,
 }
 
 impl OutputArgs {

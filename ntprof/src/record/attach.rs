@@ -46,7 +46,7 @@ pub fn attach(args: &AttachArgs) -> Result<Outcome, Failure> {
         ));
     }
     let t0 = Instant::now();
-    let progress = Progress::new(&format!("attach: pid {}", join(&pids)), args.output.quiet);
+    let progress = Progress::new(&format!("attach: pid {}", join(&pids)), args.quiet);
     let ended_by = wait_attached(
         &mut session,
         &tree.processes[..tree.given],
@@ -80,7 +80,7 @@ pub fn attach(args: &AttachArgs) -> Result<Outcome, Failure> {
     run.bucket_log2 = args.profile.bucket.unwrap_or(0);
     run.follow_children = !args.profile.no_inherit;
     run.expected = args.profile.expect.clone();
-    run.notes = notes::user_notes(&session, args.profile.jitter, tree.processes.len());
+    run.notes = notes::user_notes(&session, tree.processes.len());
     let left_out = notes::LeftOut {
         running: tree.left_out.len(),
         no_inherit: args.profile.no_inherit,
@@ -90,22 +90,26 @@ pub fn attach(args: &AttachArgs) -> Result<Outcome, Failure> {
     let descendants = tree.processes.len() - tree.given;
     if descendants > 0 {
         run.notes.push(format!(
-            "{descendants} process(es) the attached process(es) had started before the attach were profiled \
-             too, from the attach on (their earlier time is not in the report)"
+            "{} the attached {} had started before the attach {} profiled too, from the attach on (earlier \
+             time is not in the report)",
+            notes::count(descendants, "process", "processes"),
+            if tree.given == 1 { "process" } else { "processes" },
+            notes::were(descendants)
         ));
     }
     if !tree.left_out.is_empty() && !args.profile.no_inherit {
         run.notes.push(format!(
-            "{} descendant(s) running at the attach could not be profiled (another user's processes); their \
-             samples are not in the report",
-            tree.left_out.len()
+            "{} running at the attach could not be profiled (another user's processes); {} samples are not \
+             in the report",
+            notes::count(tree.left_out.len(), "descendant", "descendants"),
+            if tree.left_out.len() == 1 { "its" } else { "their" }
         ));
     }
     if tree.unsettled > 0 {
         run.notes.push(format!(
-            "{} descendant(s) appeared while the events were being opened, on every try; they are profiled only \
-             if they were created after their parent's events opened",
-            tree.unsettled
+            "{} appeared while the events were being opened, on every try; profiled only if created after \
+             the parent's events opened",
+            notes::count(tree.unsettled, "descendant", "descendants")
         ));
     }
     if ended_by == "process-exited" {

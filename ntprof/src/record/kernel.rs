@@ -54,7 +54,7 @@ pub fn record_kernel(args: &RecordArgs) -> Result<Outcome, Failure> {
     } else {
         format!("record --kernel: {}", args.command.join(" "))
     };
-    let progress = Progress::new(&what, args.output.quiet);
+    let progress = Progress::new(&what, args.quiet);
     let child = match args.command.first() {
         Some(_) => Some(launch::start(&args.command, false)?),
         None => None,

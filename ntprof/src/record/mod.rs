@@ -19,6 +19,7 @@ mod attach;
 mod kernel;
 mod launch;
 mod notes;
+mod precheck;
 mod session;
 
 use std::time::{Duration, Instant};
@@ -240,6 +241,9 @@ fn unmatched_warning(session: &Session) -> Option<String> {
 
 /// `ntprof record -- CMD` (and `--kernel`).
 pub fn record(args: &RecordArgs) -> Result<Outcome, Failure> {
+    if !args.pid.is_empty() {
+        return record_pids(args);
+    }
     if args.kernel {
         return kernel::record_kernel(args);
     }
@@ -258,6 +262,7 @@ pub fn record(args: &RecordArgs) -> Result<Outcome, Failure> {
     // Signals first: the library may start threads, which must inherit the blocked mask.
     let (_set, sigfd) = launch::block_signals()?;
     session::check_sources(&args.profile)?;
+    precheck::check_modules(&args.profile.modules, &args.command)?;
     let started_at = collect::now_rfc3339();
     let cmd = launch::start(&args.command, true)?;
     let pid_u = cmd.pid.as_raw() as u32;
@@ -275,10 +280,7 @@ pub fn record(args: &RecordArgs) -> Result<Outcome, Failure> {
     let t0 = Instant::now();
     cmd.resume()?;
 
-    let progress = Progress::new(
-        &format!("record: {}", args.command.join(" ")),
-        args.output.quiet,
-    );
+    let progress = Progress::new(&format!("record: {}", args.command.join(" ")), args.quiet);
     let status = run_until_exit(&mut session, &cmd, &sigfd, &progress, t0)?;
     let duration = t0.elapsed();
     session.finish()?;
@@ -295,7 +297,7 @@ pub fn record(args: &RecordArgs) -> Result<Outcome, Failure> {
     run.ended_by = "exited".into();
     run.executable = executable;
     fill_common(&mut run, args);
-    run.notes = notes::user_notes(&session, args.profile.jitter, 1);
+    run.notes = notes::user_notes(&session, 1);
     run.explanations = notes::explanations(&session, run.duration_s, cpu, true);
     let endings: Endings = exit
         .map(|c| vec![(0, launch::ending(c))])
@@ -306,6 +308,26 @@ pub fn record(args: &RecordArgs) -> Result<Outcome, Failure> {
         report,
         exit: exit.map_or(EXIT_FAILURE, |c| c.clamp(0, 255) as u8),
         warning,
+    })
+}
+
+/// `ntprof record -p PID[,PID...]`: perf's spelling of `ntprof attach --pid`.
+fn record_pids(args: &RecordArgs) -> Result<Outcome, Failure> {
+    if !args.command.is_empty() {
+        return Err(Failure::new(
+            EXIT_USAGE,
+            format!(
+                "-p/--pid attaches to running processes: give either -p PID or a command ('{}'), not both",
+                args.command.join(" ")
+            ),
+        ));
+    }
+    attach(&crate::args::AttachArgs {
+        pid: args.pid.clone(),
+        duration: args.duration,
+        profile: args.profile.clone(),
+        output: args.output.clone(),
+        quiet: args.quiet,
     })
 }
 

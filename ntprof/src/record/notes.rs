@@ -8,7 +8,7 @@ const FEW: u64 = 50;
 
 /// The notes of a user-space run (`record`, `attach`); `roots`: how many processes the run began with (the
 /// command, or the attached processes).
-pub fn user_notes(session: &Session, jitter: u32, roots: usize) -> Vec<String> {
+pub fn user_notes(session: &Session, roots: usize) -> Vec<String> {
     let t = &session.tracker;
     let mut notes = vec![
         "user-space profiles: time the program spent in the kernel (system calls, page faults) is not \
@@ -27,21 +27,20 @@ pub fn user_notes(session: &Session, jitter: u32, roots: usize) -> Vec<String> {
         .count();
     if running > 0 {
         notes.push(format!(
-            "{running} process(es) started during the run were still running when it ended; they were \
-             profiled until then"
+            "{} started during the run {} still running when it ended; profiled until then",
+            count(running, "process", "processes"),
+            were(running)
         ));
     }
     if t.late_processes > 0 {
+        let late = t.late_processes as usize;
         notes.push(format!(
-            "{} process(es) appeared without the kernel's record of their creation; their mappings were read \
-             from /proc when their first sample arrived",
-            t.late_processes
-        ));
-    }
-    if jitter > 0 {
-        notes.push(format!(
-            "--jitter {jitter} was not applied: the process-tree sampler keeps a fixed period (jitter applies to \
-             the library's NT profiles only)"
+            "{} appeared without the kernel's record of {} creation; {} mappings were read from /proc when \
+             {} first sample arrived",
+            count(late, "process", "processes"),
+            its(late),
+            its(late),
+            its(late)
         ));
     }
     if session.infos.len() > 1 {
@@ -102,8 +101,10 @@ fn explain(
         let not_followed = t.processes.not_followed.len();
         if not_followed > 0 {
             out.push(format!(
-                "{what} started {not_followed} process(es) that were not profiled (--no-inherit); without \
-                 --no-inherit ntprof profiles every process it starts"
+                "{what} started {} that {} not profiled (--no-inherit); without --no-inherit ntprof profiles \
+                 every process it starts",
+                count(not_followed, "process", "processes"),
+                were(not_followed)
             ));
         }
         if let Some(l) = left_out.filter(|l| l.running > 0) {
@@ -119,9 +120,9 @@ fn explain(
                 ("not allowed", "run ntprof as their owner, or as root")
             };
             out.push(format!(
-                "{} descendant(s) of the process were running at the attach{used}; they were not profiled \
-                 ({why}): {fix}",
-                l.running
+                "{} of the process {} running at the attach{used} and not profiled ({why}): {fix}",
+                count(l.running, "descendant", "descendants"),
+                were(l.running)
             ));
         }
         if info.source.interval_unit() != ntprofile::IntervalUnit::Time100ns {
@@ -178,4 +179,19 @@ fn explain(
         }
     }
     out
+}
+
+/// `n` and the noun in the number it takes: "1 process", "2 processes".
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// The verb after `n` things: "was" or "were".
+pub fn were(n: usize) -> &'static str {
+    if n == 1 { "was" } else { "were" }
+}
+
+/// The possessive after `n` things: "its" or "their".
+fn its(n: usize) -> &'static str {
+    if n == 1 { "its" } else { "their" }
 }

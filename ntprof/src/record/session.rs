@@ -83,6 +83,40 @@ pub fn check_sources(opts: &ProfileArgs) -> Result<Vec<ProfileSource>, Failure> 
             ));
         }
     }
+    if opts.jitter > 0 {
+        return Err(Failure::new(
+            EXIT_USAGE,
+            format!(
+                "--jitter {}: 'record' and 'attach' sample with a fixed period, which cannot be jittered; the \
+                 period jitter is the library's, for NT profiles (NtSetJitter). Drop --jitter",
+                opts.jitter
+            ),
+        ));
+    }
+    if let Some(hz) = opts.freq {
+        if opts.intervals.iter().any(|i| i.source.is_none()) {
+            return Err(Failure::new(
+                EXIT_USAGE,
+                format!(
+                    "-F {hz} and --interval N both set the interval of the time sources: give one of them (or \
+                     --interval SOURCE=N for a source that counts events)"
+                ),
+            ));
+        }
+        if !opts
+            .sources
+            .iter()
+            .any(|s| s.interval_unit() == ntprofile::IntervalUnit::Time100ns)
+        {
+            return Err(Failure::new(
+                EXIT_USAGE,
+                format!(
+                    "-F {hz} sets how often time sources are sampled, and no source of this run is one: give \
+                     --interval N (events per sample) instead"
+                ),
+            ));
+        }
+    }
     if let Some(source) = opts.interval_for_unused_source() {
         let n = source.name();
         return Err(Failure::new(
@@ -136,8 +170,6 @@ impl Session {
             Targets::Global => None,
         };
         for (i, &source) in sources.iter().enumerate() {
-            ntprofile::set_jitter(source, opts.jitter)
-                .map_err(|e| explain("--jitter", &e, None))?;
             let mut b = Sampler::builder()
                 .source(source)
                 .kernel(kernel)
@@ -166,8 +198,8 @@ impl Session {
             let sampler = b
                 .build()
                 .map_err(|e| explain("creating the sampler", &e, first_pid))?;
-            // The sampler keeps a fixed period (the library's jitter drives NT profiles' events only): the
-            // report says 0 and a note says why.
+            // The sampler keeps a fixed period (the library's jitter drives NT profiles' events only, and
+            // `check_sources` refused --jitter).
             infos.push(SourceInfo {
                 source,
                 interval: sampler.interval(),

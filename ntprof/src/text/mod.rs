@@ -4,6 +4,7 @@
 //!
 //! A pure function of the [`Report`], so that `ntprof report FILE.json` renders a saved run the same way.
 
+mod escape;
 mod names;
 mod offcpu;
 mod processes;
@@ -82,7 +83,7 @@ fn header(out: &mut String, report: &Report) {
     let what = match run.mode.as_str() {
         "kernel" => "the kernel and its modules (system-wide)".to_string(),
         _ if run.command.is_empty() => "-".to_string(),
-        _ => run.command.join(" "),
+        _ => escape::printable(&run.command.join(" ")),
     };
     let _ = writeln!(out, "ntprof {}: {what}", run.mode);
     if let Some(pid) = run.pid {

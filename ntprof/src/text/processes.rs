@@ -50,7 +50,7 @@ pub fn render(out: &mut String, report: &Report) {
         let (n, share) = samples(p.id);
         let chain = p.commands.join(" → ");
         let line = match &lines[p.id as usize] {
-            Some(l) => format!("  [{l}]"),
+            Some(l) => format!("  [{}]", super::escape::printable(l)),
             None => String::new(),
         };
         let _ = writeln!(

@@ -5,7 +5,9 @@
 //! Frames are the stacks' locations with their inlined functions expanded, outermost first. A function's
 //! inclusive samples are those of the stacks it is on (once per stack, however often it recurses); its callers
 //! are the frames just outside its outermost occurrence on each stack, `[root]` when it is the outermost frame of
-//! a complete stack and `[truncated]` when the walk stopped there.
+//! a complete stack, `[truncated]` when the walk stopped there, and (frame pointers) `[fp chain ended]` when the
+//! kernel's walk ended at a function that is no thread's or program's entry: the frame-pointer chain may have
+//! been cut by code built without frame pointers (libc), which `--call-graph dwarf` walks.
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -18,6 +20,37 @@ use crate::report::{Report, SourceReport, StackReport};
 const TREE_MIN_SHARE: f64 = 0.005;
 /// How many callers are listed per function.
 const CALLERS_SHOWN: usize = 8;
+/// The caller of a frame-pointer stack's outermost frame when that frame is no entry of a thread or program.
+const FP_ENDED: &str = "[fp chain ended]";
+
+/// Whether `function` is where a thread's or the program's stack begins: a frame-pointer chain that reaches it
+/// is complete.
+fn is_stack_origin(function: &str) -> bool {
+    const ORIGINS: &[&str] = &[
+        "_start",
+        "__libc_start_main",
+        "__libc_start_call_main",
+        "start_thread",
+        "clone",
+        "clone3",
+        "__clone",
+        "__clone3",
+        "__GI___clone3",
+    ];
+    ORIGINS.contains(&function) || function.ends_with("thread_start")
+}
+
+/// The label of a stack's outermost caller: `[truncated]`, `[fp chain ended]` or `[root]` (see the module's
+/// documentation); `outermost` is the stack's outermost function.
+fn outer_label(stack: &StackReport, fp: bool, outermost: Option<&str>) -> Option<&'static str> {
+    if stack.truncated {
+        Some("[truncated]")
+    } else if fp && !outermost.is_some_and(is_stack_origin) {
+        Some(FP_ENDED)
+    } else {
+        None
+    }
+}
 
 /// The frames of a stack, outermost first, inlined functions expanded.
 pub fn expanded<'a>(source: &'a SourceReport, stack: &StackReport) -> Vec<&'a str> {
@@ -36,7 +69,7 @@ struct Callers<'a> {
     callers: HashMap<&'a str, HashMap<&'a str, u64>>,
 }
 
-fn callers(source: &SourceReport) -> Callers<'_> {
+fn callers(source: &SourceReport, fp: bool) -> Callers<'_> {
     let mut c = Callers {
         inclusive: HashMap::new(),
         callers: HashMap::new(),
@@ -52,8 +85,7 @@ fn callers(source: &SourceReport) -> Callers<'_> {
             *c.inclusive.entry(f).or_insert(0) += stack.samples;
             let caller = match i.checked_sub(1) {
                 Some(j) => frames[j],
-                None if stack.truncated => "[truncated]",
-                None => "[root]",
+                None => outer_label(stack, fp, Some(f)).unwrap_or("[root]"),
             };
             *c.callers.entry(f).or_default().entry(caller).or_insert(0) += stack.samples;
         }
@@ -69,7 +101,7 @@ pub fn render(report: &Report, top: usize, call_tree: bool) -> String {
         .iter()
         .filter(|s| !s.stacks.is_empty() && !s.is_off_cpu())
     {
-        called_from(&mut out, source, top);
+        called_from(&mut out, source, top, is_fp(report));
         if call_tree {
             tree(&mut out, report, source);
         }
@@ -77,9 +109,14 @@ pub fn render(report: &Report, top: usize, call_tree: bool) -> String {
     out
 }
 
-fn called_from(out: &mut String, source: &SourceReport, top: usize) {
+/// Whether the run's stacks are frame-pointer chains (`-g`, `--call-graph fp`).
+fn is_fp(report: &Report) -> bool {
+    report.run.call_graph.as_deref() == Some("fp")
+}
+
+fn called_from(out: &mut String, source: &SourceReport, top: usize, fp: bool) {
     let total = source.stats.counted + source.stats.outside;
-    let c = callers(source);
+    let c = callers(source, fp);
     let truncated: u64 = source
         .stacks
         .iter()
@@ -96,6 +133,21 @@ fn called_from(out: &mut String, source: &SourceReport, top: usize) {
             out,
             "  ({} of the counted samples have a truncated stack: their outermost callers are unknown)",
             pct(truncated as f64 / total.max(1) as f64)
+        );
+    }
+    let ended: u64 = source
+        .stacks
+        .iter()
+        .filter(|s| outer_label(s, fp, expanded(source, s).first().copied()) == Some(FP_ENDED))
+        .map(|s| s.samples)
+        .sum();
+    if ended > 0 {
+        let _ = writeln!(
+            out,
+            "  ({} of the counted samples have a frame-pointer chain that ended at a function that is no \
+             thread's or program's entry, {FP_ENDED}: possibly cut by code built without frame pointers \
+             (libc); --call-graph dwarf walks such code)",
+            pct(ended as f64 / total.max(1) as f64)
         );
     }
     // Every name of the section as it prints: never two functions alike, however long.
@@ -163,10 +215,11 @@ fn tree(out: &mut String, report: &Report, source: &SourceReport) {
     for stack in &source.stacks {
         let mut path: Vec<&str> = Vec::new();
         path.push(stack.command.as_str());
-        if stack.truncated {
-            path.push("[truncated]");
+        let frames = expanded(source, stack);
+        if let Some(label) = outer_label(stack, is_fp(report), frames.first().copied()) {
+            path.push(label);
         }
-        path.extend(expanded(source, stack));
+        path.extend(frames);
         let mut node = &mut root;
         node.samples += stack.samples;
         for f in path {
