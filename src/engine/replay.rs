@@ -51,6 +51,7 @@ impl Recording {
             period: period_ns,
             exclude_kernel: true,
             sample_tid: false,
+            sample_cpu: false,
             inherit_threads: false,
             wakeup_watermark: data_pages * page_size(),
             precise_ip: 0,

@@ -262,6 +262,7 @@ impl Opener {
                         SampleLayout {
                             tid: true,
                             user_ip: false,
+                            cpu: false,
                         },
                     ) {
                         Ok(ring) => ring,
