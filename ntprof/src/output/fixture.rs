@@ -116,6 +116,7 @@ pub fn report() -> Report {
             symbolize_ms: 1.5,
             call_graph: None,
             recorder_cpu_ms: 12.5,
+            events: None,
             notes: vec!["every mapping was reported by the kernel as it was made".into()],
             expected: vec![],
             explanations: vec![],
