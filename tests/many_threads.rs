@@ -255,5 +255,14 @@ fn true_exhaustion_fails_fast_and_names_the_limit() {
         );
         let ms: u64 = r["start_ms"].parse().unwrap();
         assert!(ms < 500, "failing took {ms} ms");
+        // The same for a sampler of the process.
+        let r = run("sampler", (1024, 1500), 2000, 0, unprivileged, None);
+        assert!(
+            r["status"].starts_with(&format!("{:#x}", NtStatus::INSUFFICIENT_RESOURCES.as_u32())),
+            "{r:?}"
+        );
+        assert!(r["status"].contains("ulimit -Hn"), "{r:?}");
+        let ms: u64 = r["start_ms"].parse().unwrap();
+        assert!(ms < 500, "the sampler's failure took {ms} ms");
     }
 }

@@ -140,7 +140,10 @@ pub(crate) fn start(status: NtStatus, source: ProfileSource, target: &Target) ->
             crate::engine::started_limit()
         ),
         NtStatus::INSUFFICIENT_RESOURCES => match crate::engine::mode::take_shortfall() {
-            Some(why) => format!("starting a profile of {}: {why}", whom(target)),
+            Some(why) => format!(
+                "starting a profile of {} ran out of file descriptors or locked ring memory: {why}",
+                whom(target)
+            ),
             None => {
                 let nofile =
                     nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)

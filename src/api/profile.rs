@@ -118,7 +118,7 @@ impl Profile {
     /// process has exited (no event is held then).
     ///
     /// [`EventMode`]: crate::EventMode
-    pub fn event_usage(&self) -> Option<crate::EventUsage> {
+    pub fn event_usage(&self) -> Option<crate::engine::mode::EventUsage> {
         self.core.event_usage()
     }
 

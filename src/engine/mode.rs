@@ -91,7 +91,9 @@ pub(crate) fn forced_mode() -> Option<EventMode> {
 /// What the process may use now.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Budget {
+    /// The soft `RLIMIT_NOFILE`.
     pub(crate) soft: u64,
+    /// The hard `RLIMIT_NOFILE`.
     pub(crate) hard: u64,
     /// Descriptors open now.
     pub(crate) open: u64,
@@ -225,6 +227,11 @@ fn shortfall(threads: u64, cpus: u64, forced: Option<EventMode>, b: &Budget) -> 
             b.pinned_kib
         ),
     };
+    let memlock = if b.locked.is_some() {
+        ", or raise RLIMIT_MEMLOCK (ulimit -l) or kernel.perf_event_mlock_kb so that per-thread rings fit"
+    } else {
+        ""
+    };
     let forced = forced.map_or(String::new(), |m| {
         format!(" (NTPROFILE_EVENTS forces {})", m.name())
     });
@@ -232,8 +239,7 @@ fn shortfall(threads: u64, cpus: u64, forced: Option<EventMode>, b: &Budget) -> 
         "profiling {threads} threads on {cpus} processors{forced} needs {tc} descriptors (thread-cpu: one event \
          per thread and processor) or {pt} descriptors and {ring_kib} KiB of locked ring memory (per-thread), \
          and about {spare} to spare; this process has {} open, RLIMIT_NOFILE {}/{} (soft/hard), locked memory \
-         {locked}: raise the hard RLIMIT_NOFILE (ulimit -Hn, systemd LimitNOFILE=) to at least {}, or raise \
-         RLIMIT_MEMLOCK (ulimit -l) or kernel.perf_event_mlock_kb so that per-thread rings fit",
+         {locked}: raise the hard RLIMIT_NOFILE (ulimit -Hn, systemd LimitNOFILE=) to at least {}{memlock}",
         b.open,
         b.soft,
         b.hard,

@@ -334,13 +334,13 @@ impl Sampler {
     /// The sampler's perf events: their layout (one event per thread and processor for processes, one per
     /// processor for a global sampler), descriptors, rings and the bytes of their mappings. `threads` is the
     /// number of events per ring (the threads observed directly, of all target processes together).
-    pub fn event_usage(&self) -> crate::EventUsage {
+    pub fn event_usage(&self) -> crate::engine::mode::EventUsage {
         let rings = self.rings.len();
-        crate::EventUsage {
+        crate::engine::mode::EventUsage {
             mode: if self.global {
-                crate::EventMode::Cpu
+                crate::engine::mode::EventMode::Cpu
             } else {
-                crate::EventMode::ThreadCpu
+                crate::engine::mode::EventMode::ThreadCpu
             },
             descriptors: self.fds.len(),
             rings,
