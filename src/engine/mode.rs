@@ -235,15 +235,24 @@ fn shortfall(threads: u64, cpus: u64, forced: Option<EventMode>, b: &Budget) -> 
     let forced = forced.map_or(String::new(), |m| {
         format!(" (NTPROFILE_EVENTS forces {})", m.name())
     });
+    let need_fds = b.open + pt.min(tc) + spare;
+    let fix = if need_fds > b.hard {
+        format!(
+            "raise the hard RLIMIT_NOFILE (ulimit -Hn, systemd LimitNOFILE=) to at least {need_fds}{memlock}"
+        )
+    } else {
+        format!(
+            "the descriptors fit, the rings do not: raise RLIMIT_MEMLOCK (ulimit -l) by at least {} KiB or \
+             kernel.perf_event_mlock_kb, or let the layout be chosen (thread-cpu needs one ring per processor)",
+            ring_kib.saturating_sub(b.locked.unwrap_or(0) / 1024)
+        )
+    };
     format!(
         "profiling {threads} threads on {cpus} processors{forced} needs {tc} descriptors (thread-cpu: one event \
          per thread and processor) or {pt} descriptors and {ring_kib} KiB of locked ring memory (per-thread), \
          and about {spare} to spare; this process has {} open, RLIMIT_NOFILE {}/{} (soft/hard), locked memory \
-         {locked}: raise the hard RLIMIT_NOFILE (ulimit -Hn, systemd LimitNOFILE=) to at least {}{memlock}",
-        b.open,
-        b.soft,
-        b.hard,
-        b.open + pt.min(tc) + spare,
+         {locked}: {fix}",
+        b.open, b.soft, b.hard,
     )
 }
 
@@ -299,6 +308,21 @@ mod tests {
         assert_eq!(
             choose(10, 96, None, &budget(20_000, None)).unwrap().pages,
             8
+        );
+    }
+
+    #[test]
+    fn rings_that_do_not_fit_name_the_locked_memory() {
+        let e = choose(
+            2000,
+            2,
+            Some(EventMode::PerThread),
+            &budget(20_000, Some(9 << 20)),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("RLIMIT_MEMLOCK") && !e.contains("ulimit -Hn"),
+            "{e}"
         );
     }
 
