@@ -24,7 +24,7 @@ fn run_time_ns(tid: i32) -> u64 {
 }
 
 /// The helper: `threads` threads in all (`busy` of them spinning), then a profile of this process (or a
-/// sampler, `what = sampler`) started, run for a second and a half, stopped; prints `RESULT` lines.
+/// sampler, `what = sampler`) started, run until its threads used half a second of CPU, stopped; prints `RESULT` lines.
 #[test]
 #[ignore = "a helper process of the tests below"]
 fn helper() {
@@ -62,11 +62,19 @@ fn helper() {
         .chain([nix::unistd::gettid().as_raw()])
         .collect();
     let cpu = || observed.iter().map(|&t| run_time_ns(t)).sum::<u64>();
+    if what == "target" {
+        // A process to profile: its threads exist; it ends when its standard input closes.
+        println!("ready");
+        let _ = std::io::Read::read(&mut std::io::stdin(), &mut [0u8; 1]);
+        std::process::exit(0);
+    }
     let (soft, hard) =
         nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
     println!("RESULT soft {soft}");
     println!("RESULT hard {hard}");
-    if what == "sampler" {
+    if what == "other" {
+        other_process(threads, busy);
+    } else if what == "sampler" {
         let t = Instant::now();
         let built = Sampler::builder().build();
         println!("RESULT start_ms {}", t.elapsed().as_millis());
@@ -95,7 +103,11 @@ fn helper() {
                 println!("RESULT status 0x0");
                 println!("RESULT mode {}", u.mode.name());
                 println!("RESULT descriptors {}", u.descriptors);
-                std::thread::sleep(Duration::from_millis(1500));
+                // Sample until the observed threads ran 500 ms (however loaded the machine), 30 s at most.
+                let t = Instant::now();
+                while cpu() - cpu1 < 500_000_000 && t.elapsed() < Duration::from_secs(30) {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
                 let cpu2 = cpu();
                 let t = Instant::now();
                 profile.stop().expect("stop");
@@ -116,6 +128,91 @@ fn helper() {
         w.thread().unpark();
         w.join().unwrap();
     }
+}
+
+/// The helper's `other` case: a target process (this binary again, `target`) with `threads` threads, `busy`
+/// of them spinning, profiled through its pid; the same `RESULT` lines as for this process.
+fn other_process(threads: usize, busy: usize) {
+    use std::io::BufRead;
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "helper",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HELPER_ENV, "target")
+        .env("THREADS", threads.to_string())
+        .env("BUSY", busy.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while out.read_line(&mut line).unwrap() > 0 && !line.contains("ready") {
+        line.clear();
+    }
+    let pid = child.id();
+    let cpu = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter_map(|e| {
+                        std::fs::read_to_string(e.path().join("schedstat"))
+                            .ok()?
+                            .split_whitespace()
+                            .next()?
+                            .parse::<u64>()
+                            .ok()
+                    })
+                    .sum::<u64>()
+            })
+            .unwrap_or(0)
+    };
+    let (soft, hard) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+    println!("RESULT soft {soft}");
+    println!("RESULT hard {hard}");
+    ntprofile::set_interval(ProfileSource::Time, 10_000); // 1 ms
+    let process = ntprofile::Process::open(pid).expect("open the target");
+    let profile = Profile::builder()
+        .range(0x1000, 0x7fff_ffff_0000)
+        .bucket_size(31)
+        .source(ProfileSource::Time)
+        .process(&process)
+        .build()
+        .expect("create");
+    let cpu0 = cpu();
+    let t = Instant::now();
+    let started = profile.start();
+    println!("RESULT start_ms {}", t.elapsed().as_millis());
+    let cpu1 = cpu();
+    match started {
+        Err(e) => println!("RESULT status {:#x} {e}", e.status().as_u32()),
+        Ok(()) => {
+            let u = profile.event_usage().expect("usage of a started profile");
+            println!("RESULT status 0x0");
+            println!("RESULT mode {}", u.mode.name());
+            println!("RESULT descriptors {}", u.descriptors);
+            // Sample until the observed threads ran 500 ms (however loaded the machine), 30 s at most.
+            let t = Instant::now();
+            while cpu() - cpu1 < 500_000_000 && t.elapsed() < Duration::from_secs(30) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let cpu2 = cpu();
+            profile.stop().expect("stop");
+            let cpu3 = cpu();
+            let s = profile.stats();
+            println!("RESULT samples {}", s.counted + s.outside + s.lost);
+            println!("RESULT lost {}", s.lost);
+            println!("RESULT inner_ms {}", (cpu2 - cpu1) / 1_000_000);
+            println!("RESULT outer_ms {}", (cpu3 - cpu0) / 1_000_000);
+        }
+    }
+    drop(child.stdin.take());
+    let _ = child.wait();
 }
 
 /// This test binary copied where `nobody` can run it.
@@ -177,8 +274,8 @@ fn run(
     r
 }
 
-/// 2,000 threads (two of them busy) at soft 1,024 / hard 20,000: the start succeeds within a second and a half
-/// on a loaded machine (under one here when idle), the layout is the one asked for, and the busy threads'
+/// 2,000 threads (two of them busy) at soft 1,024 / hard 20,000: the start succeeds within three seconds on a
+/// loaded machine (under one here when idle), the layout is the one asked for, and the busy threads'
 /// samples at 1 ms account for the CPU time of the observed threads (the cpu-clock event fires once per millisecond of it; the margin
 /// covers the sampling noise and the start and stop edges).
 fn check_counts(r: &std::collections::HashMap<String, String>, mode: &str) {
@@ -186,15 +283,19 @@ fn check_counts(r: &std::collections::HashMap<String, String>, mode: &str) {
     assert_eq!(r["status"], "0x0", "{r:?}");
     assert_eq!(r["mode"], mode);
     let start_ms: u64 = r["start_ms"].parse().unwrap();
-    assert!(start_ms < 1500, "start took {start_ms} ms");
+    // Measured 0.15–0.9 s here for 2,000 threads (BENCHMARKS.md), up to 1.7 s for another process at a load
+    // average of 18 on 2 processors; the bound covers such a machine and still catches a start whose cost
+    // grows faster than the threads.
+    assert!(start_ms < 3000, "start took {start_ms} ms");
     let samples: f64 = r["samples"].parse().unwrap();
     let inner: f64 = r["inner_ms"].parse().unwrap();
     let outer: f64 = r["outer_ms"].parse().unwrap();
     assert!(inner > 200.0, "the busy threads hardly ran: {inner} ms");
-    // One sample per millisecond of CPU time while sampling ran, which lies between the two bounds; 10 % of
-    // margin for the timer's edges at start and stop.
+    // One sample per millisecond of CPU time while sampling ran, which lies between the two bounds. Measured:
+    // 0.98–1.05 of the inner bound in quieter runs, 0.88–0.91 at a load average of 18 on 2 processors (the virtual CPUs
+    // are taken away while the threads' run time goes on), in both layouts alike; the margins cover both.
     assert!(
-        samples >= 0.9 * inner && samples <= 1.1 * outer,
+        samples >= 0.8 * inner && samples <= 1.1 * outer,
         "{samples} samples for {inner}..{outer} ms of CPU time"
     );
 }
@@ -219,6 +320,19 @@ fn two_thousand_threads_at_a_soft_limit_of_1024_start_in_each_layout() {
     );
     check_counts(
         &run("profile", (1024, 20_000), 2000, 2, true, None),
+        "thread-cpu",
+    );
+    // Another process of 2,000 threads, through its pid (it runs as the profiler's user).
+    check_counts(
+        &run("other", (1024, 20_000), 2000, 2, false, None),
+        "thread-cpu",
+    );
+    check_counts(
+        &run("other", (1024, 20_000), 2000, 2, false, Some("per-thread")),
+        "per-thread",
+    );
+    check_counts(
+        &run("other", (1024, 20_000), 2000, 2, true, None),
         "thread-cpu",
     );
     // Unprivileged, per-thread rings of 2,000 threads do not fit the locked-memory allowance (8 KiB each; about
