@@ -19,7 +19,19 @@ pub(crate) struct CpuRing {
     pub ring: Ring,
     /// The descriptor that owns the ring, for epoll (owned by the API side until `RemoveStream` is acked).
     pub fd: RawFd,
+    /// A per-thread ring's sampling event, opened with `PERF_FORMAT_LOST` (-1: none): its count of the records
+    /// it and its inherited copies could not write, which holds even when the ring stayed full until sampling
+    /// ended and no Lost record could follow.
+    pub lost_fd: RawFd,
+    /// The drops the ring's Lost records reported, and the drops counted into the profiles so far (the larger
+    /// of that and the event's count: both count the same drops, the records late or never).
+    pub lost_records: u64,
+    pub lost_counted: u64,
 }
+
+/// A ring with less free space than this may have dropped records since it was last drained (the largest
+/// record of the engine's streams and a Lost record fit in it).
+const NEARLY_FULL_SLACK: u64 = 256;
 
 /// A started profile as the consumer sees it.
 pub(super) struct Active {
@@ -120,6 +132,7 @@ impl StreamDispatch {
         for r in rings.iter_mut() {
             let (bytes, ring_bytes) = r.ring.fill();
             *fill = fill.max(Fill { bytes, ring_bytes });
+            let nearly_full = bytes + NEARLY_FULL_SLACK >= ring_bytes;
             let ring_cpu = r.cpu;
             let (mut samples, mut lost, mut throttled) = (0u64, 0u64, 0u64);
             records += r.ring.drain(|rec| match rec {
@@ -149,6 +162,17 @@ impl StreamDispatch {
                 Record::Throttle => throttled += 1,
                 Record::Unthrottle | Record::Other => {}
             });
+            if r.lost_fd >= 0 {
+                r.lost_records += lost;
+                let mut total = r.lost_records;
+                if (nearly_full || lost > 0)
+                    && let Ok((_, counted)) = crate::perf::sys::read_count_and_lost(r.lost_fd)
+                {
+                    total = total.max(counted);
+                }
+                lost = total.saturating_sub(r.lost_counted);
+                r.lost_counted = r.lost_counted.max(total);
+            }
             if samples | lost | throttled == 0 {
                 continue;
             }
@@ -207,6 +231,9 @@ impl ReplayStream {
                 cpu: Some(cpu),
                 ring,
                 fd: -1,
+                lost_fd: -1,
+                lost_records: 0,
+                lost_counted: 0,
             })
             .collect();
         for (counts, cpus) in profiles {

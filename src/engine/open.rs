@@ -48,6 +48,7 @@ pub(super) fn open_cpus(
     keep_mode: Option<EventMode>,
 ) -> Result<Opened, NtStatus> {
     let mut plan: Option<Plan> = None;
+    let mut lost_unsupported = false;
     for attempt in 0..RESCAN_LIMIT {
         let last = attempt + 1 == RESCAN_LIMIT;
         let scan = target.threads()?;
@@ -56,11 +57,14 @@ pub(super) fn open_cpus(
             None => *plan.insert(plan_for(target, &scan, cpus, skip, keep_mode)?),
         };
         params.sample_cpu = chosen.mode == EventMode::PerThread;
+        // Per-thread rings count their drops from the events as well (one event per ring).
+        params.read_lost = chosen.mode == EventMode::PerThread && !lost_unsupported;
         let mut pass = Pass::new(&mut *params, cpus, target, chosen);
         let observed = scan
             .iter()
             .filter(|t| !skip.contains(t))
             .try_for_each(|&tid| pass.observe(tid));
+        lost_unsupported |= pass.lost_unsupported;
         if let Err(status) = observed {
             // Per-thread rings chosen from an estimate of the locked-memory budget (other processes of the user
             // share it) that ran short: (thread × processor) events, when the descriptors allow them.
@@ -195,6 +199,8 @@ struct Pass<'a> {
     plan: Plan,
     /// Bytes of the rings mapped so far.
     ring_bytes: usize,
+    /// The kernel refused `PERF_FORMAT_LOST` (before 6.0): the events were opened without it.
+    lost_unsupported: bool,
 }
 
 impl<'a> Pass<'a> {
@@ -219,6 +225,7 @@ impl<'a> Pass<'a> {
             tids: Vec::new(),
             plan,
             ring_bytes: 0,
+            lost_unsupported: false,
         }
     }
 
@@ -275,6 +282,9 @@ impl<'a> Pass<'a> {
                         cpu: Some(cpu),
                         ring,
                         fd: fd.as_raw_fd(),
+                        lost_fd: -1,
+                        lost_records: 0,
+                        lost_counted: 0,
                     });
                     self.owner[ci] = Some(self.fds.len());
                     fd
@@ -306,6 +316,11 @@ impl<'a> Pass<'a> {
                 Err(Errno::EINTR) if interrupted < 3 => interrupted += 1, // try again
                 Err(Errno::EMFILE) if !self.raised_nofile && sys::raise_nofile_limit() => {
                     self.raised_nofile = true; // and try again
+                }
+                // A kernel before 6.0 has no PERF_FORMAT_LOST: Lost records alone count the drops.
+                Err(Errno::EINVAL) if self.params.read_lost => {
+                    self.params.read_lost = false;
+                    self.lost_unsupported = true;
                 }
                 // Whatever the kernel answers for a thread of a process that has exited meanwhile (a shortage
                 // excepted: that is reported as one), there is nothing left to observe.

@@ -56,6 +56,7 @@ impl Recording {
             wakeup_watermark: data_pages * page_size(),
             precise_ip: 0,
             user_ip: false,
+            read_lost: false,
         };
         // One ring, as the consumer has per CPU: the thread stays on the CPU it runs on while it is recorded.
         use nix::sched::{CpuSet as NixCpuSet, sched_getaffinity, sched_getcpu, sched_setaffinity};

@@ -88,6 +88,7 @@ impl Stream {
             period: source.period_for(crate::source::effective_interval(source)),
             exclude_kernel: !key.kernel && !user_entry,
             user_ip: user_entry,
+            read_lost: false,
             sample_tid: false,
             sample_cpu: false,
             // Per-thread events follow the threads created later; per-CPU (global) ones see every task.

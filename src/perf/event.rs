@@ -188,6 +188,9 @@ pub struct EventParams {
     pub wakeup_watermark: usize,
     /// `precise_ip` (0 = arbitrary skid … 3 = zero skid required); see [`open_precise_on`].
     pub precise_ip: u8,
+    /// `read_format = PERF_FORMAT_LOST` (Linux 6.0 and later): a `read` of the event tells how many records it
+    /// and its inherited copies could not write into their ring, even those no Lost record reported.
+    pub read_lost: bool,
     /// `PERF_SAMPLE_REGS_USER` with [`USER_IP_MASK`], after the IP (and TID): for an event
     /// [`sampled_in_kernel`](PerfEventSpec::sampled_in_kernel), the user address where the thread entered the
     /// kernel, which the decoder then reports as the sample's ip.
@@ -233,9 +236,11 @@ fn open_on(params: &EventParams, tid: Tid, cpu: Option<usize>) -> Result<OwnedFd
         .inherit_thread(params.inherit_threads)
         .wakeup_watermark(params.wakeup_watermark)
         .enabled(false);
-    builder
-        .attrs_mut()
-        .set_precise_ip(u64::from(params.precise_ip.min(MAX_PRECISE_IP)));
+    let attr = builder.attrs_mut();
+    attr.set_precise_ip(u64::from(params.precise_ip.min(MAX_PRECISE_IP)));
+    if params.read_lost {
+        attr.read_format = u64::from(bindings::PERF_FORMAT_LOST);
+    }
     let counter = builder.build().map_err(|e| errno_of(&e))?;
     let raw = counter.into_raw_fd();
     // SAFETY: `into_raw_fd` hands us sole ownership of a valid, open descriptor.
@@ -434,6 +439,7 @@ mod tests {
             wakeup_watermark: 4096,
             precise_ip,
             user_ip: false,
+            read_lost: false,
         }
     }
 

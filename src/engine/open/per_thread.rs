@@ -34,6 +34,13 @@ impl Pass<'_> {
             cpu: None,
             ring,
             fd: owner.as_raw_fd(),
+            lost_fd: if self.params.read_lost {
+                fd.as_raw_fd()
+            } else {
+                -1
+            },
+            lost_records: 0,
+            lost_counted: 0,
         });
         self.fds.push(owner);
         self.fds.push(fd);
