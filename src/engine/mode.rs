@@ -22,7 +22,7 @@ use crate::target::{has_capability, perf_event_paranoid};
 const CAP_IPC_LOCK: u32 = 14;
 /// Data pages of a per-thread ring, most to fewest: the largest that fits half the locked-memory budget is
 /// taken (the other half stays for other streams and samplers), else one page if the whole budget holds it.
-const PER_THREAD_PAGES: [usize; 4] = [8, 4, 2, 1];
+const PER_THREAD_PAGES: [usize; 7] = [64, 32, 16, 8, 4, 2, 1];
 /// The most ring memory per-thread rings of one stream take by choice: smaller rings beyond it (one data page at
 /// the least, whatever the count).
 const UNLIMITED_TARGET: u64 = 32 << 20;
@@ -161,10 +161,9 @@ fn per_thread_bytes(threads: u64, pages: usize) -> u64 {
     threads.saturating_mul((pages as u64 + 1) * page_size() as u64)
 }
 
-/// The layout for `threads` threads on `cpus` processors under `budget` (`forced`: that mode or none). Per-thread
-/// events first where they save descriptors (three processors or more), then (thread × processor) events; on
-/// one or two processors the other way round (the same descriptors or fewer, and a ring per processor instead
-/// of per thread).
+/// The layout for `threads` threads on `cpus` processors under `budget` (`forced`: that mode or none):
+/// (thread × processor) events where the hard descriptor limit holds them, per-thread events where it does not
+/// and their rings fit the locked memory.
 ///
 /// # Errors
 /// When no layout fits: a sentence with what was needed and the limits, naming the limit to raise.
@@ -204,7 +203,9 @@ pub(crate) fn choose(
     let found = match forced {
         Some(EventMode::PerThread) => per_thread(),
         Some(_) => thread_cpu(),
-        None if cpus >= 3 => per_thread().or_else(thread_cpu),
+        // (Thread × processor) events first wherever the descriptors allow them; per-thread events where they
+        // do not (see docs/limits.md for the case where a per-thread stream of another process that exits
+        // under load was measured to miss samples without counting them as lost).
         None => thread_cpu().or_else(per_thread),
     };
     found.ok_or_else(|| shortfall(threads, cpus, forced, budget))
@@ -295,6 +296,11 @@ mod tests {
         assert_eq!(p.mode, EventMode::PerThread);
         // 1000 rings in half of 9 MiB: one data page each (2 pages = 8 KiB each).
         assert_eq!(p.pages, 1);
+        // Few threads: rings as large as a processor's.
+        assert_eq!(
+            choose(4, 96, Some(EventMode::PerThread), &b).unwrap().pages,
+            64
+        );
         assert_eq!(
             choose(1000, 2, None, &b).unwrap().mode,
             EventMode::ThreadCpu
@@ -305,9 +311,10 @@ mod tests {
             choose(1000, 96, None, &tight).unwrap().mode,
             EventMode::ThreadCpu
         );
+        // Without a locked-memory limit, 1000 rings within 32 MiB: four data pages each.
         assert_eq!(
-            choose(10, 96, None, &budget(20_000, None)).unwrap().pages,
-            8
+            choose(1000, 96, None, &budget(20_000, None)).unwrap().pages,
+            4
         );
     }
 
