@@ -926,6 +926,7 @@ static void sampling_checks(void)
     HANDLE h = NULL;
     NTSTATUS st;
     NTPROFILE_STATISTICS stats;
+    NTPROFILE_EVENT_USAGE usage;
     ULONGLONG before, after, after2;
     size_t i;
     int untouched;
@@ -947,7 +948,17 @@ static void sampling_checks(void)
         buf[i] = 1000;
     before = sum_counters(buf, counters);
 
+    EXPECT("event usage before the start", NtprofileQueryEventUsage(h, &usage), STATUS_PROFILING_NOT_STARTED);
     EXPECT("start", NtStartProfile(h), STATUS_SUCCESS);
+    memset(&usage, 0xFF, sizeof usage);
+    EXPECT("event usage of the started profile", NtprofileQueryEventUsage(h, &usage), STATUS_SUCCESS);
+    CHECK("one layout, an event per thread (and processor) and a ring at least",
+          (usage.Mode == NTPROFILE_EVENTS_THREAD_CPU || usage.Mode == NTPROFILE_EVENTS_PER_THREAD) &&
+              usage.Descriptors >= 1 && usage.Rings >= 1 && usage.RingBytes >= 2 * page && usage.Threads >= 1,
+          "mode %u, %llu descriptors, %u rings, %llu bytes, %llu threads", usage.Mode,
+          (unsigned long long)usage.Descriptors, usage.Rings, (unsigned long long)usage.RingBytes,
+          (unsigned long long)usage.Threads);
+    EXPECT("event usage into NULL", NtprofileQueryEventUsage(h, NULL), STATUS_ACCESS_VIOLATION);
     spin_ms(100);
     EXPECT("stop", NtStopProfile(h), STATUS_SUCCESS);
     after = sum_counters(buf, counters);

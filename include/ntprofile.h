@@ -7,10 +7,10 @@
  *
  * Exported calls: NtCreateProfile, NtCreateProfileEx, NtOpenProcess, NtStartProfile, NtStopProfile,
  * NtSetIntervalProfile, NtQueryIntervalProfile, NtClose, each with its Zw alias; and the extensions
- * NtprofileQueryStatistics, NtprofileQuerySources, NtprofileRegisterSource, NtprofileSetSourceJitter,
- * NtprofileStatusMessage, the status conversions RtlNtStatusToDosError, RtlNtStatusToDosErrorNoTeb and
- * RtlGetLastNtStatus, and the sampler: NtprofileCreateSampler, NtprofileEnableSampler, NtprofileReadSampler,
- * NtprofileQuerySamplerStatistics.
+ * NtprofileQueryStatistics, NtprofileQueryEventUsage, NtprofileQuerySources, NtprofileRegisterSource,
+ * NtprofileSetSourceJitter, NtprofileStatusMessage, the status conversions RtlNtStatusToDosError,
+ * RtlNtStatusToDosErrorNoTeb and RtlGetLastNtStatus, and the sampler: NtprofileCreateSampler,
+ * NtprofileEnableSampler, NtprofileReadSampler, NtprofileQuerySamplerStatistics.
  *
  * Documentation in the source tree: docs/api.md is the contract (every call, its checks in order and their
  * statuses, the bucket rule, intervals, sources, the extensions); docs/linux-mapping.md says how each call maps
@@ -252,6 +252,21 @@ typedef struct _NTPROFILE_STATISTICS {
     ULONGLONG ThrottleEvents; /* times the kernel throttled the event */
 } NTPROFILE_STATISTICS, *PNTPROFILE_STATISTICS;
 
+/* How the perf events behind a started profile are laid out (NTPROFILE_EVENT_USAGE.Mode). */
+#define NTPROFILE_EVENTS_NONE 0       /* no event: the process has exited */
+#define NTPROFILE_EVENTS_THREAD_CPU 1 /* one event per (thread x processor), one ring per processor */
+#define NTPROFILE_EVENTS_PER_THREAD 2 /* one event and one small ring per thread, any processor */
+#define NTPROFILE_EVENTS_CPU 3        /* one event per processor for every task (global) */
+
+/* The perf events behind a started profile (ntprofile extension, see NtprofileQueryEventUsage). 32 bytes. */
+typedef struct _NTPROFILE_EVENT_USAGE {
+    ULONG Mode;            /* NTPROFILE_EVENTS_* */
+    ULONG Rings;           /* rings mapped */
+    ULONGLONG Descriptors; /* event descriptors held */
+    ULONGLONG RingBytes;   /* bytes of the rings' mappings (locked memory) */
+    ULONGLONG Threads;     /* threads whose events were opened at the start (later ones inherit them) */
+} NTPROFILE_EVENT_USAGE, *PNTPROFILE_EVENT_USAGE;
+
 /* One source of the listing NtprofileQuerySources returns (ntprofile extension), in the spirit of Windows'
  * PROFILE_SOURCE_INFO. 192 bytes. */
 typedef struct _NTPROFILE_SOURCE_INFO {
@@ -474,6 +489,12 @@ NTSYSCALLAPI NTSTATUS NTAPI ZwClose(HANDLE Handle);
 /* NtprofileQueryStatistics (ntprofile extension) -- what a profile counted: samples counted, outside the range,
  * lost and throttle events. Live while started (pending samples are drained first); final after a stop. */
 NTSYSCALLAPI NTSTATUS NTAPI NtprofileQueryStatistics(HANDLE ProfileHandle, PNTPROFILE_STATISTICS Statistics);
+
+/* NtprofileQueryEventUsage (ntprofile extension) -- the perf events behind a started profile (shared with the
+ * other started profiles of its source and process): their layout, descriptors, rings and ring bytes. The layout
+ * is chosen at each start from the descriptor and locked-memory budgets (NTPROFILE_EVENTS=per-thread or
+ * thread-cpu in the environment forces one). STATUS_PROFILING_NOT_STARTED when the profile is not started. */
+NTSYSCALLAPI NTSTATUS NTAPI NtprofileQueryEventUsage(HANDLE ProfileHandle, PNTPROFILE_EVENT_USAGE Usage);
 
 /* NtprofileQuerySources (ntprofile extension) -- list every source (built-in ones in value order, then the
  * registered raw events). *TotalCount receives the number of sources; when BufferCount is smaller nothing else

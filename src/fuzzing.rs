@@ -32,7 +32,11 @@ pub fn decode_ring(data: &[u8], tail: u64, head: u64, tid: bool) -> Decoded {
     let mut d = Decoded::default();
     // The same words with a user-ip register block after each sample's fixed fields (the layout of a stream
     // whose event is sampled in the kernel) must end at the same place with the same records.
-    let with_user_ip = SampleLayout { tid, user_ip: true };
+    let with_user_ip = SampleLayout {
+        tid,
+        user_ip: true,
+        cpu: false,
+    };
     let (end_ip, records_ip) = decode_slice(data, tail, head, with_user_ip, |_| ());
     let (end, records) = decode_slice(
         data,
@@ -41,6 +45,7 @@ pub fn decode_ring(data: &[u8], tail: u64, head: u64, tid: bool) -> Decoded {
         SampleLayout {
             tid,
             user_ip: false,
+            cpu: false,
         },
         |r| match r {
             Record::Sample { .. } => d.samples += 1,

@@ -86,6 +86,7 @@ pub use api::{
     GroupAffinity, Process, Profile, ProfileBuilder, query_interval, set_interval, set_jitter,
 };
 pub use buckets::BucketLayout;
+pub use engine::mode::{EventMode, EventUsage};
 pub use error::Error;
 pub use modules::{
     Module, Symbol, find_function, find_kernel_function, find_module, kernel_modules,

@@ -67,6 +67,10 @@ impl ProfileCore {
     }
 
     /// True while started.
+    pub(crate) fn event_usage(&self) -> Option<crate::engine::mode::EventUsage> {
+        engine::usage(self.counts.id)
+    }
+
     pub(crate) fn is_started(&self) -> bool {
         engine::is_started(self.counts.id)
     }

@@ -57,7 +57,7 @@ const MESSAGES: &[(u32, &CStr)] = &[
     ),
     (
         0xC000_009A,
-        c"STATUS_INSUFFICIENT_RESOURCES: memory, file descriptors (RLIMIT_NOFILE) or locked ring memory ran out",
+        c"STATUS_INSUFFICIENT_RESOURCES: memory, file descriptors or locked ring memory ran out (raise the hard RLIMIT_NOFILE, ulimit -Hn; or RLIMIT_MEMLOCK, ulimit -l, or kernel.perf_event_mlock_kb)",
     ),
     (
         0xC000_00B7,

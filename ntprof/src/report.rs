@@ -146,6 +146,20 @@ pub struct ProcessReport {
     pub ended: String,
 }
 
+/// The perf events behind a recording.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EventsInfo {
+    /// `thread-cpu` (one event per thread and processor, one ring per processor), `per-thread` (one event and
+    /// one ring per thread) or `cpu` (one event per processor for every task: `kernel`).
+    pub mode: String,
+    /// Event descriptors held.
+    pub descriptors: u64,
+    /// Rings mapped.
+    pub rings: u64,
+    /// Bytes of the rings' mappings (locked memory).
+    pub ring_bytes: u64,
+}
+
 /// What was profiled.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunInfo {
@@ -192,6 +206,10 @@ pub struct RunInfo {
     /// data); 0 when absent.
     #[serde(default)]
     pub recorder_rounds: u64,
+    /// The perf events the recording held (every source's together): their layout and cost; absent in
+    /// documents written before it was reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<EventsInfo>,
     /// Remarks the reader needs to read the numbers right (what the profiles cannot see, how modules loaded at
     /// startup were caught), one sentence each.
     #[serde(default)]

@@ -139,16 +139,24 @@ pub(crate) fn start(status: NtStatus, source: ProfileSource, target: &Target) ->
             "{} profiles are started, the limit of 8192 per online processor",
             crate::engine::started_limit()
         ),
-        NtStatus::INSUFFICIENT_RESOURCES => {
-            let nofile = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-                .map(|(soft, hard)| format!("RLIMIT_NOFILE {soft}/{hard}"))
-                .unwrap_or_else(|_| "RLIMIT_NOFILE unknown".to_string());
-            format!(
-                "starting a profile of {} ran out of file descriptors (one perf event per thread and \
-                 processor; {nofile}) or of locked memory for the rings (kernel.perf_event_mlock_kb)",
+        NtStatus::INSUFFICIENT_RESOURCES => match crate::engine::mode::take_shortfall() {
+            Some(why) => format!(
+                "starting a profile of {} ran out of file descriptors or locked ring memory: {why}",
                 whom(target)
-            )
-        }
+            ),
+            None => {
+                let nofile =
+                    nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+                        .map(|(soft, hard)| format!("RLIMIT_NOFILE {soft}/{hard}"))
+                        .unwrap_or_else(|_| "RLIMIT_NOFILE unknown".to_string());
+                format!(
+                    "starting a profile of {} ran out of file descriptors ({nofile}: raise the hard limit, ulimit \
+                     -Hn) or of locked memory for the rings (RLIMIT_MEMLOCK, ulimit -l, or \
+                     kernel.perf_event_mlock_kb)",
+                    whom(target)
+                )
+            }
+        },
         NtStatus::NOT_SUPPORTED => unsupported_source(source),
         NtStatus::PRIVILEGE_NOT_HELD => format!(
             "perf_event_open refused to sample {} with source {}: it needs CAP_PERFMON, CAP_SYS_ADMIN or a \

@@ -112,6 +112,16 @@ impl Profile {
         self.core.layout
     }
 
+    /// The perf events behind the profile while it is started: their layout ([`EventMode`]: one event and ring
+    /// per thread, or one event per thread and processor), descriptors, rings and ring memory (shared with the
+    /// other started profiles of the same source and process). `None` when it is not started, or when its
+    /// process has exited (no event is held then).
+    ///
+    /// [`EventMode`]: crate::EventMode
+    pub fn event_usage(&self) -> Option<crate::engine::mode::EventUsage> {
+        self.core.event_usage()
+    }
+
     /// The source.
     pub fn source(&self) -> ProfileSource {
         self.core.source

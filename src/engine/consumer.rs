@@ -210,6 +210,12 @@ impl Consumer {
         if self.stream(stream).is_none() {
             self.streams.push(StreamDispatch::new(stream));
         }
+        if rings.iter().any(|r| r.cpu.is_none())
+            && let Some(s) = self.stream(stream)
+        {
+            let top = crate::affinity::online_cpus().iter().max().unwrap_or(0);
+            s.size_cpu_counts(top + 1);
+        }
         for r in rings {
             // A failed registration only loses the early wake-up; the timed drain still reads the ring.
             let _ = self.epoll.add(r.fd, r.fd as u64);

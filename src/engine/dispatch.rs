@@ -12,13 +12,26 @@ use crate::affinity::CpuSet;
 use crate::buckets::BucketLayout;
 use crate::perf::ring::{Record, Ring};
 
-/// One CPU's mapped ring of a stream, handed to the consumer, which reads and finally unmaps it.
+/// One CPU's (or one thread's) mapped ring of a stream, handed to the consumer, which reads and finally unmaps it.
 pub(crate) struct CpuRing {
-    pub cpu: usize,
+    /// The ring's processor; `None` for a per-thread ring, whose samples carry their processor.
+    pub cpu: Option<usize>,
     pub ring: Ring,
     /// The descriptor that owns the ring, for epoll (owned by the API side until `RemoveStream` is acked).
     pub fd: RawFd,
+    /// A per-thread ring's sampling event, opened with `PERF_FORMAT_LOST` (-1: none): its count of the records
+    /// it and its inherited copies could not write, which holds even when the ring stayed full until sampling
+    /// ended and no Lost record could follow.
+    pub lost_fd: RawFd,
+    /// The drops the ring's Lost records reported, and the drops counted into the profiles so far (the larger
+    /// of that and the event's count: both count the same drops, the records late or never).
+    pub lost_records: u64,
+    pub lost_counted: u64,
 }
+
+/// A ring with less free space than this may have dropped records since it was last drained (the largest
+/// record of the engine's streams and a Lost record fit in it).
+const NEARLY_FULL_SLACK: u64 = 256;
 
 /// A started profile as the consumer sees it.
 pub(super) struct Active {
@@ -41,6 +54,9 @@ pub(super) struct StreamDispatch {
     stale: bool,
     /// The fullest ring seen by the drains since the consumer last took it (`take_fill`).
     pub(super) fill: Fill,
+    /// Samples of a per-thread ring by processor during one ring's drain (sized when rings are added, so the
+    /// hot path never allocates); the last slot takes samples of a processor beyond the others.
+    pub(super) cpu_seen: Vec<u64>,
 }
 
 impl Active {
@@ -69,6 +85,14 @@ impl StreamDispatch {
             index: RangeIndex::default(),
             stale: false,
             fill: Fill::default(),
+            cpu_seen: Vec::new(),
+        }
+    }
+
+    /// Make room for the processors of per-thread rings' samples (`cpus`: the highest processor number + 1).
+    pub(super) fn size_cpu_counts(&mut self, cpus: usize) {
+        if self.cpu_seen.len() < cpus + 1 {
+            self.cpu_seen.resize(cpus + 1, 0);
         }
     }
 
@@ -100,17 +124,30 @@ impl StreamDispatch {
             active,
             index,
             fill,
+            cpu_seen,
             ..
         } = self;
         let mut records = 0;
+        let spill = cpu_seen.len().saturating_sub(1);
         for r in rings.iter_mut() {
             let (bytes, ring_bytes) = r.ring.fill();
             *fill = fill.max(Fill { bytes, ring_bytes });
-            let cpu = r.cpu;
+            let nearly_full = bytes + NEARLY_FULL_SLACK >= ring_bytes;
+            let ring_cpu = r.cpu;
             let (mut samples, mut lost, mut throttled) = (0u64, 0u64, 0u64);
             records += r.ring.drain(|rec| match rec {
-                Record::Sample { ip, .. } => {
+                Record::Sample { ip, cpu, .. } => {
                     samples += 1;
+                    let cpu = match ring_cpu {
+                        Some(c) => c,
+                        None => {
+                            let c = cpu as usize;
+                            if let Some(n) = cpu_seen.get_mut(c.min(spill)) {
+                                *n += 1;
+                            }
+                            c
+                        }
+                    };
                     for &slot in index.lookup(ip) {
                         let a = &mut active[slot as usize];
                         if a.cpus.contains(cpu)
@@ -125,11 +162,43 @@ impl StreamDispatch {
                 Record::Throttle => throttled += 1,
                 Record::Unthrottle | Record::Other => {}
             });
-            if samples | lost | throttled != 0 {
-                for a in active.iter_mut().filter(|a| a.cpus.contains(cpu)) {
-                    a.seen += samples;
-                    a.pending.lost += lost;
-                    a.pending.throttled += throttled;
+            if r.lost_fd >= 0 {
+                r.lost_records += lost;
+                let mut total = r.lost_records;
+                if (nearly_full || lost > 0)
+                    && let Ok((_, counted)) = crate::perf::sys::read_count_and_lost(r.lost_fd)
+                {
+                    total = total.max(counted);
+                }
+                lost = total.saturating_sub(r.lost_counted);
+                r.lost_counted = r.lost_counted.max(total);
+            }
+            if samples | lost | throttled == 0 {
+                continue;
+            }
+            match ring_cpu {
+                Some(cpu) => {
+                    for a in active.iter_mut().filter(|a| a.cpus.contains(cpu)) {
+                        a.seen += samples;
+                        a.pending.lost += lost;
+                        a.pending.throttled += throttled;
+                    }
+                }
+                // A per-thread ring: each profile saw the samples of its processors; a lost or throttle
+                // record names no processor, so every profile of the stream is told of it.
+                None => {
+                    for a in active.iter_mut() {
+                        a.seen += cpu_seen[..spill]
+                            .iter()
+                            .enumerate()
+                            .filter(|&(c, &n)| n != 0 && a.cpus.contains(c))
+                            .map(|(_, &n)| n)
+                            .sum::<u64>();
+                        a.seen += cpu_seen.get(spill).copied().unwrap_or(0);
+                        a.pending.lost += lost;
+                        a.pending.throttled += throttled;
+                    }
+                    cpu_seen.iter_mut().for_each(|n| *n = 0);
                 }
             }
         }
@@ -158,7 +227,14 @@ impl ReplayStream {
         let mut s = StreamDispatch::new(StreamId(0));
         s.rings = rings
             .into_iter()
-            .map(|(cpu, ring)| CpuRing { cpu, ring, fd: -1 })
+            .map(|(cpu, ring)| CpuRing {
+                cpu: Some(cpu),
+                ring,
+                fd: -1,
+                lost_fd: -1,
+                lost_records: 0,
+                lost_counted: 0,
+            })
             .collect();
         for (counts, cpus) in profiles {
             s.active.push(Active::new(counts.clone(), cpus.clone()));

@@ -11,6 +11,7 @@
 //! - `dispatch`: a stream's drain, the hot path (decode → match → increment, statistics);
 //! - `cadence`: how long the consumer sleeps between timed drains;
 //! - `jitter`: the jitter thread (period draws);
+//! - `mode`: the layout of a stream's events (per thread, or per thread and processor) chosen from the budgets;
 //! - `counters`: what is counted into (`Counts`, counter storage, statistics);
 //! - `index`: the range index that finds the profiles a sample belongs to.
 //!
@@ -23,6 +24,7 @@ pub(crate) mod counters;
 mod dispatch;
 pub(crate) mod index;
 mod jitter;
+pub(crate) mod mode;
 mod open;
 #[doc(hidden)]
 pub mod replay;
@@ -119,6 +121,22 @@ pub fn started_limit() -> usize {
 /// True when the profile is started.
 pub(crate) fn is_started(profile: ProfileId) -> bool {
     lock().started.contains_key(&profile)
+}
+
+/// The perf events behind started profile `profile` (`None` when it is not started, or its process has
+/// exited and holds no event).
+pub(crate) fn usage(profile: ProfileId) -> Option<mode::EventUsage> {
+    let eng = lock();
+    let sid = *eng.started.get(&profile)?;
+    let shared = eng.find(sid)?;
+    let s = stream::lock(&shared);
+    Some(mode::EventUsage {
+        mode: s.mode?,
+        descriptors: s.fds.len(),
+        rings: s.rings,
+        ring_bytes: s.ring_bytes,
+        threads: s.tids.len(),
+    })
 }
 
 /// Number of started profiles in this process.

@@ -7,6 +7,9 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use nix::errno::Errno;
 
 use super::dispatch::CpuRing;
+use super::mode::{self, Budget, EventMode, Plan};
+
+mod per_thread;
 use crate::affinity::CpuSet;
 use crate::perf::event::{self, EventParams};
 use crate::perf::ring::{Ring, SampleLayout};
@@ -42,13 +45,46 @@ pub(super) fn open_cpus(
     target: &Target,
     cpus: &CpuSet,
     skip: &[Tid],
+    keep_mode: Option<EventMode>,
 ) -> Result<Opened, NtStatus> {
+    let mut plan: Option<Plan> = None;
+    let mut lost_unsupported = false;
     for attempt in 0..RESCAN_LIMIT {
         let last = attempt + 1 == RESCAN_LIMIT;
-        let mut pass = Pass::new(&mut *params, cpus, target);
         let scan = target.threads()?;
-        for &tid in scan.iter().filter(|t| !skip.contains(t)) {
-            pass.observe(tid)?;
+        let chosen = match plan {
+            Some(p) => p,
+            None => *plan.insert(plan_for(target, &scan, cpus, skip, keep_mode)?),
+        };
+        params.sample_cpu = chosen.mode == EventMode::PerThread;
+        // Per-thread rings count their drops from the events as well (one event per ring).
+        params.read_lost = chosen.mode == EventMode::PerThread && !lost_unsupported;
+        let mut pass = Pass::new(&mut *params, cpus, target, chosen);
+        let observed = scan
+            .iter()
+            .filter(|t| !skip.contains(t))
+            .try_for_each(|&tid| pass.observe(tid));
+        lost_unsupported |= pass.lost_unsupported;
+        if let Err(status) = observed {
+            // Per-thread rings chosen from an estimate of the locked-memory budget (other processes of the user
+            // share it) that ran short: (thread × processor) events, when the descriptors allow them.
+            if status == NtStatus::INSUFFICIENT_RESOURCES
+                && chosen.mode == EventMode::PerThread
+                && keep_mode.is_none()
+                && mode::forced_mode().is_none()
+                && let Ok(other) = mode::choose(
+                    scan.len().max(1) as u64,
+                    cpus.len() as u64,
+                    Some(EventMode::ThreadCpu),
+                    &Budget::now(),
+                )
+            {
+                drop(pass);
+                let _ = mode::take_shortfall();
+                plan = Some(other);
+                continue;
+            }
+            return Err(pass.failed(status));
         }
         let fresh: Vec<Tid> = target
             .threads()?
@@ -59,7 +95,9 @@ pub(super) fn open_cpus(
             continue;
         }
         for tid in fresh {
-            pass.observe(tid)?;
+            if let Err(status) = pass.observe(tid) {
+                return Err(pass.failed(status));
+            }
         }
         if target.has_exited() {
             return Ok(Opened::nothing());
@@ -78,6 +116,38 @@ pub(super) fn open_cpus(
     Err(NtStatus::INSUFFICIENT_RESOURCES)
 }
 
+/// The layout of a stream's events for the threads `scan` (less `skip`) on `cpus`: the stream's own when it
+/// has one (`keep`), else chosen from the budgets now; the soft descriptor limit raised to the hard one when
+/// the layout needs more than the soft one leaves. Fails at once, before any event is opened, when nothing
+/// fits (the reason is kept for the error's detail).
+fn plan_for(
+    target: &Target,
+    scan: &[Tid],
+    cpus: &CpuSet,
+    skip: &[Tid],
+    keep: Option<EventMode>,
+) -> Result<Plan, NtStatus> {
+    let ncpus = cpus.len() as u64;
+    if target.is_global() {
+        return Ok(Plan {
+            mode: EventMode::Cpu,
+            pages: 0,
+        });
+    }
+    let threads = scan.iter().filter(|t| !skip.contains(t)).count().max(1) as u64;
+    let budget = Budget::now();
+    let plan =
+        mode::choose(threads, ncpus, keep.or_else(mode::forced_mode), &budget).map_err(|why| {
+            mode::set_shortfall(why);
+            NtStatus::INSUFFICIENT_RESOURCES
+        })?;
+    let need = mode::descriptors(plan.mode, threads, ncpus);
+    if budget.open + need + threads / 8 + 16 > budget.soft {
+        sys::raise_nofile_limit();
+    }
+    Ok(plan)
+}
+
 /// How long a pass that found no thread to observe waits for the process to finish exiting before scanning
 /// again.
 const EXIT_WAIT_MS: u16 = 10;
@@ -86,10 +156,14 @@ const EXIT_WAIT_MS: u16 = 10;
 pub(super) struct Opened {
     /// Every event descriptor.
     pub(super) fds: Vec<OwnedFd>,
-    /// One ring per CPU.
+    /// One ring per CPU, or per thread.
     pub(super) rings: Vec<CpuRing>,
     /// The threads observed directly, sorted.
     pub(super) tids: Vec<Tid>,
+    /// How the events are laid out (`None`: nothing was opened).
+    pub(super) mode: Option<EventMode>,
+    /// Bytes of the rings' mappings.
+    pub(super) ring_bytes: usize,
 }
 
 impl Opened {
@@ -99,6 +173,8 @@ impl Opened {
             fds: Vec::new(),
             rings: Vec::new(),
             tids: Vec::new(),
+            mode: None,
+            ring_bytes: 0,
         }
     }
 }
@@ -119,15 +195,22 @@ struct Pass<'a> {
     raised_nofile: bool,
     /// Threads observed on every CPU of the pass.
     tids: Vec<Tid>,
+    /// The layout of the events.
+    plan: Plan,
+    /// Bytes of the rings mapped so far.
+    ring_bytes: usize,
+    /// The kernel refused `PERF_FORMAT_LOST` (before 6.0): the events were opened without it.
+    lost_unsupported: bool,
 }
 
 impl<'a> Pass<'a> {
-    fn new(params: &'a mut EventParams, cpus: &CpuSet, target: &'a Target) -> Pass<'a> {
+    fn new(params: &'a mut EventParams, cpus: &CpuSet, target: &'a Target, plan: Plan) -> Pass<'a> {
         let cpus: Vec<usize> = cpus.iter().collect();
         let owner = vec![None; cpus.len()];
         let layout = SampleLayout {
             tid: params.sample_tid,
             user_ip: params.user_ip,
+            cpu: params.sample_cpu,
         };
         Pass {
             params,
@@ -140,40 +223,53 @@ impl<'a> Pass<'a> {
             other_process: matches!(target, Target::Process(_)),
             raised_nofile: false,
             tids: Vec::new(),
+            plan,
+            ring_bytes: 0,
+            lost_unsupported: false,
         }
     }
 
-    /// Open thread `tid`'s event on every CPU of the pass.
+    /// The status of a pass that failed; a shortage of descriptors or ring memory keeps its reason for the
+    /// error's detail.
+    fn failed(&self, status: NtStatus) -> NtStatus {
+        if status == NtStatus::INSUFFICIENT_RESOURCES && mode::take_shortfall().is_none() {
+            let budget = Budget::now();
+            let threads = (self.tids.len() as u64 + 1).max(1);
+            mode::set_shortfall(format!(
+                "the {} layout ran out after {} threads ({} descriptors open, RLIMIT_NOFILE {}/{}; {} KiB of \
+                 rings mapped): {}",
+                self.plan.mode.name(),
+                self.tids.len(),
+                budget.open,
+                budget.soft,
+                budget.hard,
+                self.ring_bytes / 1024,
+                mode::choose(
+                    threads,
+                    self.cpus.len() as u64,
+                    Some(self.plan.mode),
+                    &budget
+                )
+                .err()
+                .unwrap_or_else(|| {
+                    "threads appeared or other descriptors were opened meanwhile; \
+                        raise the hard RLIMIT_NOFILE (ulimit -Hn) or RLIMIT_MEMLOCK (ulimit -l)"
+                        .to_string()
+                })
+            ));
+        }
+        status
+    }
+
+    /// Open thread `tid`'s events: on every CPU of the pass, or its per-thread pair.
     fn observe(&mut self, tid: Tid) -> Result<(), NtStatus> {
+        if self.plan.mode == EventMode::PerThread {
+            return self.observe_per_thread(tid);
+        }
         for ci in 0..self.cpus.len() {
             let cpu = self.cpus[ci];
-            let mut interrupted = 0;
-            let fd = loop {
-                let opened = if self.fds.is_empty() {
-                    event::open_precise(self.params, tid, cpu)
-                } else {
-                    event::open(self.params, tid, cpu)
-                };
-                match opened {
-                    Ok(fd) => break fd,
-                    Err(Errno::ESRCH) => return Ok(()), // the thread exited meanwhile
-                    Err(Errno::EINTR) if interrupted < 3 => interrupted += 1, // try again
-                    Err(Errno::EMFILE) if !self.raised_nofile && sys::raise_nofile_limit() => {
-                        self.raised_nofile = true; // and try this CPU again
-                    }
-                    // Whatever the kernel answers for a thread of a process that has exited meanwhile (a
-                    // shortage excepted: that is reported as one), there is nothing left to observe.
-                    Err(errno)
-                        if !crate::source::is_transient_errno(errno)
-                            && self.target.has_exited() =>
-                    {
-                        return Ok(());
-                    }
-                    Err(Errno::EACCES | Errno::EPERM) if self.other_process => {
-                        return Err(NtStatus::ACCESS_DENIED);
-                    }
-                    Err(errno) => return Err(NtStatus::from(errno)),
-                }
+            let Some(fd) = self.open_event(tid, Some(cpu))? else {
+                return Ok(()); // the thread exited meanwhile
             };
             let fd = match self.owner[ci] {
                 None => {
@@ -181,10 +277,14 @@ impl<'a> Pass<'a> {
                         Some(mapped) => mapped,
                         None => return Ok(()), // the thread exited meanwhile
                     };
+                    self.ring_bytes += ring.map_len();
                     self.rings.push(CpuRing {
-                        cpu,
+                        cpu: Some(cpu),
                         ring,
                         fd: fd.as_raw_fd(),
+                        lost_fd: -1,
+                        lost_records: 0,
+                        lost_counted: 0,
                     });
                     self.owner[ci] = Some(self.fds.len());
                     fd
@@ -198,6 +298,43 @@ impl<'a> Pass<'a> {
         }
         self.tids.push(tid);
         Ok(())
+    }
+
+    /// Open thread `tid`'s sampling event on `cpu` (`None`: any CPU); `None` when the thread exited meanwhile
+    /// (or its process did).
+    fn open_event(&mut self, tid: Tid, cpu: Option<usize>) -> Result<Option<OwnedFd>, NtStatus> {
+        let mut interrupted = 0;
+        loop {
+            let opened = if self.fds.is_empty() {
+                event::open_precise_on(self.params, tid, cpu)
+            } else {
+                event::open_on_cpu(self.params, tid, cpu)
+            };
+            match opened {
+                Ok(fd) => return Ok(Some(fd)),
+                Err(Errno::ESRCH) => return Ok(None), // the thread exited meanwhile
+                Err(Errno::EINTR) if interrupted < 3 => interrupted += 1, // try again
+                Err(Errno::EMFILE) if !self.raised_nofile && sys::raise_nofile_limit() => {
+                    self.raised_nofile = true; // and try again
+                }
+                // A kernel before 6.0 has no PERF_FORMAT_LOST: Lost records alone count the drops.
+                Err(Errno::EINVAL) if self.params.read_lost => {
+                    self.params.read_lost = false;
+                    self.lost_unsupported = true;
+                }
+                // Whatever the kernel answers for a thread of a process that has exited meanwhile (a shortage
+                // excepted: that is reported as one), there is nothing left to observe.
+                Err(errno)
+                    if !crate::source::is_transient_errno(errno) && self.target.has_exited() =>
+                {
+                    return Ok(None);
+                }
+                Err(Errno::EACCES | Errno::EPERM) if self.other_process => {
+                    return Err(NtStatus::ACCESS_DENIED);
+                }
+                Err(errno) => return Err(NtStatus::from(errno)),
+            }
+        }
     }
 
     /// Map the ring of a CPU's first event. The ring may come out smaller than [`RING_PAGES`] (locked memory is
@@ -230,9 +367,13 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// True when every processor of the pass has its ring (some thread was observed on each).
+    /// True when every processor of the pass has its ring (some thread was observed on each); per thread, when
+    /// some thread was observed.
     fn complete(&self) -> bool {
-        self.rings.len() == self.cpus.len()
+        match self.plan.mode {
+            EventMode::PerThread => !self.rings.is_empty(),
+            _ => self.rings.len() == self.cpus.len(),
+        }
     }
 
     fn finish(mut self) -> Opened {
@@ -241,6 +382,8 @@ impl<'a> Pass<'a> {
             fds: self.fds,
             rings: self.rings,
             tids: self.tids,
+            mode: Some(self.plan.mode),
+            ring_bytes: self.ring_bytes,
         }
     }
 }

@@ -51,10 +51,12 @@ impl Recording {
             period: period_ns,
             exclude_kernel: true,
             sample_tid: false,
+            sample_cpu: false,
             inherit_threads: false,
             wakeup_watermark: data_pages * page_size(),
             precise_ip: 0,
             user_ip: false,
+            read_lost: false,
         };
         // One ring, as the consumer has per CPU: the thread stays on the CPU it runs on while it is recorded.
         use nix::sched::{CpuSet as NixCpuSet, sched_getaffinity, sched_getcpu, sched_setaffinity};

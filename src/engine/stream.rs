@@ -13,6 +13,7 @@ use std::time::Instant;
 use super::consumer::{ConsumerLink, Msg};
 use super::counters::StreamId;
 use super::dispatch::CpuRing;
+use super::mode::EventMode;
 use super::open::{Opened, RING_PAGES, open_cpus, watermark_for};
 use crate::affinity::CpuSet;
 use crate::perf::event::{self, EventParams};
@@ -61,6 +62,12 @@ pub(crate) struct Stream {
     pub(super) jitter_pair: Option<f64>,
     /// The engine removed the stream (the consumer has unmapped its rings): the jitter thread leaves it alone.
     pub(super) removed: bool,
+    /// How its events are laid out (`None` until some are opened).
+    pub(super) mode: Option<EventMode>,
+    /// Bytes of its rings' mappings.
+    pub(super) ring_bytes: usize,
+    /// Its rings.
+    pub(super) rings: usize,
 }
 
 impl Stream {
@@ -81,7 +88,9 @@ impl Stream {
             period: source.period_for(crate::source::effective_interval(source)),
             exclude_kernel: !key.kernel && !user_entry,
             user_ip: user_entry,
+            read_lost: false,
             sample_tid: false,
+            sample_cpu: false,
             // Per-thread events follow the threads created later; per-CPU (global) ones see every task.
             inherit_threads: !key.target.is_global(),
             wakeup_watermark: watermark_for(RING_PAGES),
@@ -103,6 +112,9 @@ impl Stream {
             jitter_next: None,
             jitter_pair: None,
             removed: false,
+            mode: None,
+            ring_bytes: 0,
+            rings: 0,
         })
     }
 
@@ -113,8 +125,19 @@ impl Stream {
         missing: &CpuSet,
         own: &[Tid],
     ) -> Result<Vec<CpuRing>, NtStatus> {
-        let Opened { fds, rings, tids } =
-            open_cpus(&mut self.params, &self.key.target, missing, own)?;
+        // Per-thread events run on every processor: a per-thread stream covers them all from its first start.
+        let missing = if self.mode == Some(EventMode::PerThread) {
+            return Ok(Vec::new());
+        } else {
+            missing.clone()
+        };
+        let Opened {
+            fds,
+            rings,
+            tids,
+            mode,
+            ring_bytes,
+        } = open_cpus(&mut self.params, &self.key.target, &missing, own, self.mode)?;
         // A thread is observed directly only if it has its own events on every CPU of the stream.
         self.tids = if self.fds.is_empty() {
             tids
@@ -126,7 +149,14 @@ impl Stream {
                 .collect()
         };
         self.fds.extend(fds);
-        self.cpus = self.cpus.union(missing);
+        self.ring_bytes += ring_bytes;
+        self.rings += rings.len();
+        if mode == Some(EventMode::PerThread) {
+            self.cpus = crate::affinity::online_cpus();
+        } else {
+            self.cpus = self.cpus.union(&missing);
+        }
+        self.mode = self.mode.or(mode);
         Ok(rings)
     }
 
@@ -168,9 +198,17 @@ impl Stream {
     fn reopen(&mut self, period: u64, link: &ConsumerLink, own: &[Tid]) -> Result<(), NtStatus> {
         let cpus = self.cpus.clone();
         let base = std::mem::replace(&mut self.params.period, period);
-        let opened = open_cpus(&mut self.params, &self.key.target, &cpus, own);
+        let opened = open_cpus(&mut self.params, &self.key.target, &cpus, own, self.mode);
         self.params.period = base;
-        let Opened { fds, rings, tids } = opened?;
+        let Opened {
+            fds,
+            rings,
+            tids,
+            ring_bytes,
+            ..
+        } = opened?;
+        self.ring_bytes = ring_bytes;
+        self.rings = rings.len();
         let sid = self.id;
         let keep: Vec<RawFd> = rings.iter().map(|r| r.fd).collect();
         link.request(|ack| Msg::AddRings {

@@ -25,8 +25,8 @@ pub use super::profile_exports::{
     NtClose, NtCreateProfile, NtCreateProfileEx, NtOpenProcess, NtStartProfile, NtStopProfile,
 };
 pub use super::source_exports::{
-    NtQueryIntervalProfile, NtSetIntervalProfile, NtprofileQuerySources, NtprofileQueryStatistics,
-    NtprofileRegisterSource, NtprofileSetSourceJitter,
+    NtQueryIntervalProfile, NtSetIntervalProfile, NtprofileQueryEventUsage, NtprofileQuerySources,
+    NtprofileQueryStatistics, NtprofileRegisterSource, NtprofileSetSourceJitter,
 };
 use crate::status::NtStatus;
 

@@ -1,6 +1,6 @@
 //! The exports of sources and intervals: `NtSetIntervalProfile`, `NtQueryIntervalProfile`, and the extensions
 //! `NtprofileQuerySources`, `NtprofileRegisterSource`, `NtprofileSetSourceJitter`, with
-//! `NtprofileQueryStatistics` (what a profile counted).
+//! `NtprofileQueryStatistics` (what a profile counted) and `NtprofileQueryEventUsage` (the events behind it).
 //!
 //! # Safety
 //! `#[unsafe(no_mangle)]` is the only unsafe item here: each exported name is unique in the library and is
@@ -73,6 +73,37 @@ pub extern "C" fn NtprofileQueryStatistics(
                 bytes[i * 8..i * 8 + 8].copy_from_slice(&v.to_ne_bytes());
             }
             probe::write_bytes(statistics as usize, &bytes)
+        })
+    })
+}
+
+/// `NtprofileQueryEventUsage` — the perf events behind a started profile (`NTPROFILE_EVENT_USAGE`: mode,
+/// rings, descriptors, ring bytes, threads observed directly). `STATUS_PROFILING_NOT_STARTED` when it is not
+/// started; a started profile of a process that has exited holds no event (mode `NTPROFILE_EVENTS_NONE`).
+#[unsafe(no_mangle)]
+pub extern "C" fn NtprofileQueryEventUsage(profile_handle: Handle, usage: *mut c_void) -> i32 {
+    boundary(|| {
+        with_profile(profile_handle, |core| {
+            if !core.is_started() {
+                return Err(NtStatus::PROFILING_NOT_STARTED);
+            }
+            let u = core.event_usage();
+            let mode = u.map_or(0, |u| u.mode.code());
+            let rings = u.map_or(0, |u| u.rings as u32);
+            let mut bytes = [0u8; 32];
+            bytes[0..4].copy_from_slice(&mode.to_ne_bytes());
+            bytes[4..8].copy_from_slice(&rings.to_ne_bytes());
+            for (i, v) in [
+                u.map_or(0, |u| u.descriptors),
+                u.map_or(0, |u| u.ring_bytes),
+                u.map_or(0, |u| u.threads),
+            ]
+            .into_iter()
+            .enumerate()
+            {
+                bytes[8 + i * 8..16 + i * 8].copy_from_slice(&(v as u64).to_ne_bytes());
+            }
+            probe::write_bytes(usage as usize, &bytes)
         })
     })
 }

@@ -36,6 +36,9 @@ const LOST_LOST: u64 = HEADER + WORD;
 /// `PERF_RECORD_LOST_SAMPLES`: `u64 lost` after the header.
 const LOST_SAMPLES_LOST: u64 = HEADER;
 
+/// `Record::Sample::cpu` of a sample that does not record its processor.
+pub const NO_CPU: u32 = u32::MAX;
+
 /// The layout of a stream's `PERF_RECORD_SAMPLE`: always `PERF_SAMPLE_IP`, optionally `PERF_SAMPLE_TID`, then
 /// optionally `PERF_SAMPLE_REGS_USER` ([`USER_IP_MASK`](super::event::USER_IP_MASK), the ip last).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -46,6 +49,9 @@ pub struct SampleLayout {
     /// a sample that has the user ip is reported at it (an event sampled in the kernel: the address where the
     /// thread entered the kernel); one without (a kernel thread) keeps its kernel ip.
     pub user_ip: bool,
+    /// `PERF_SAMPLE_CPU` (`u32 cpu, res`) follows the IP and TID: the ring of a per-thread event (any
+    /// processor) tells the processor of each sample this way.
+    pub cpu: bool,
 }
 
 /// One decoded record. Only the kinds the consumer acts on are told apart.
@@ -59,6 +65,8 @@ pub enum Record {
         pid: u32,
         /// Thread id (0 when not recorded).
         tid: u32,
+        /// The processor the sample was taken on ([`NO_CPU`] when not recorded: the ring's own processor).
+        cpu: u32,
     },
     /// `PERF_RECORD_LOST` or `PERF_RECORD_LOST_SAMPLES`: this many samples were dropped.
     Lost(u64),
@@ -112,10 +120,17 @@ pub(crate) fn decode(
                 } else {
                     (0, 0)
                 };
+                let cpu_at = SAMPLE_TID + if layout.tid { WORD } else { 0 };
+                let cpu = if layout.cpu && size >= cpu_at + WORD {
+                    word(pos + cpu_at) as u32
+                } else {
+                    NO_CPU
+                };
                 if layout.user_ip {
-                    ip = user_entry_ip(&mut word, pos, size, layout.tid, ip);
+                    let regs = cpu_at + if layout.cpu { WORD } else { 0 };
+                    ip = user_entry_ip(&mut word, pos, size, regs, ip);
                 }
-                Record::Sample { ip, pid, tid }
+                Record::Sample { ip, pid, tid, cpu }
             }
             RECORD_LOST if size >= LOST_LOST + WORD => Record::Lost(word(pos + LOST_LOST)),
             RECORD_LOST_SAMPLES if size >= LOST_SAMPLES_LOST + WORD => {
@@ -132,7 +147,7 @@ pub(crate) fn decode(
     (pos, n)
 }
 
-/// The user ip of the sample at `pos` (`size` bytes) whose registers follow the IP (and TID, `tid`): `abi`, then
+/// The user ip of the sample at `pos` (`size` bytes) whose registers start at offset `regs`: `abi`, then
 /// (unless `abi` is NONE) the user registers, the ip last; `ip` when it has none (a kernel thread). Kept out of
 /// the decoding loop, which costs one test per sample for it.
 #[inline(never)]
@@ -140,10 +155,9 @@ fn user_entry_ip(
     word: &mut impl FnMut(u64) -> u64,
     pos: u64,
     size: u64,
-    tid: bool,
+    regs: u64,
     ip: u64,
 ) -> u64 {
-    let regs = SAMPLE_TID + if tid { WORD } else { 0 };
     let ip_at = regs + USER_REGS * WORD;
     if size >= ip_at + WORD && word(pos + regs) != REGS_ABI_NONE {
         word(pos + ip_at)
@@ -197,6 +211,7 @@ mod tests {
         let layout = SampleLayout {
             tid: true,
             user_ip: false,
+            cpu: false,
         };
         // A sample with tid, a lost record, a throttle, in a 64-byte ring starting 40 bytes in (it wraps).
         let recs = [
@@ -222,7 +237,8 @@ mod tests {
                 Record::Sample {
                     ip: 0x1234,
                     pid: 5,
-                    tid: 7
+                    tid: 7,
+                    cpu: NO_CPU
                 },
                 Record::Lost(3),
                 Record::Throttle
@@ -235,6 +251,7 @@ mod tests {
         let layout = SampleLayout {
             tid: true,
             user_ip: true,
+            cpu: false,
         };
         let regs = USER_REGS as usize;
         // A sample with user registers (abi 2 = 64-bit, the ip last), then one of a kernel thread (abi NONE).
@@ -261,14 +278,64 @@ mod tests {
                 Record::Sample {
                     ip: 0x40_1000 + regs as u64 - 1,
                     pid: 5,
-                    tid: 7
+                    tid: 7,
+                    cpu: NO_CPU
                 },
                 Record::Sample {
                     ip: 0xffff_ffff_8100_0040,
                     pid: 9,
-                    tid: 9
+                    tid: 9,
+                    cpu: NO_CPU
                 }
             ]
+        );
+    }
+
+    #[test]
+    fn a_cpu_layout_reports_the_processor_and_keeps_the_user_ip_after_it() {
+        let layout = SampleLayout {
+            tid: false,
+            user_ip: true,
+            cpu: true,
+        };
+        let regs = USER_REGS as usize;
+        // ip, cpu (u32 cpu, u32 res), then the register block; then a sample of the plain IP|CPU layout.
+        let mut words = vec![
+            header(RECORD_SAMPLE, 8 * (4 + regs as u64)),
+            0xffff_ffff_8100_0000,
+            3,
+            2,
+        ];
+        words.extend((0..regs as u64).map(|i| 0x40_2000 + i));
+        let data = ring_of(&words, 128);
+        let mut got = Vec::new();
+        decode_slice(&data, 0, 8 * words.len() as u64, layout, |r| got.push(r));
+        assert_eq!(
+            got,
+            [Record::Sample {
+                ip: 0x40_2000 + regs as u64 - 1,
+                pid: 0,
+                tid: 0,
+                cpu: 3
+            }]
+        );
+        let plain = SampleLayout {
+            tid: true,
+            user_ip: false,
+            cpu: true,
+        };
+        let words = [header(RECORD_SAMPLE, 32), 0x1234, (7u64 << 32) | 5, 1];
+        let data = ring_of(&words, 64);
+        let mut got = Vec::new();
+        decode_slice(&data, 0, 32, plain, |r| got.push(r));
+        assert_eq!(
+            got,
+            [Record::Sample {
+                ip: 0x1234,
+                pid: 5,
+                tid: 7,
+                cpu: 1
+            }]
         );
     }
 
@@ -277,6 +344,7 @@ mod tests {
         let layout = SampleLayout {
             tid: false,
             user_ip: false,
+            cpu: false,
         };
         for bad in [
             header(RECORD_SAMPLE, 0),

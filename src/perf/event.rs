@@ -181,12 +181,18 @@ pub struct EventParams {
     pub exclude_kernel: bool,
     /// Add `PERF_SAMPLE_TID` to each sample (needed only where a stream must tell processes apart).
     pub sample_tid: bool,
+    /// Add `PERF_SAMPLE_CPU` to each sample: the events of a per-thread stream run on any processor, and the
+    /// consumer applies each profile's affinity from this field.
+    pub sample_cpu: bool,
     /// `inherit` + `inherit_thread`: threads created later by an observed thread are observed too.
     pub inherit_threads: bool,
     /// Wake-up watermark in bytes.
     pub wakeup_watermark: usize,
-    /// `precise_ip` (0 = arbitrary skid … 3 = zero skid required); see [`open_precise`].
+    /// `precise_ip` (0 = arbitrary skid … 3 = zero skid required); see [`open_precise_on`].
     pub precise_ip: u8,
+    /// `read_format = PERF_FORMAT_LOST` (Linux 6.0 and later): a `read` of the event tells how many records it
+    /// and its inherited copies could not write into their ring, even those no Lost record reported.
+    pub read_lost: bool,
     /// `PERF_SAMPLE_REGS_USER` with [`USER_IP_MASK`], after the IP (and TID): for an event
     /// [`sampled_in_kernel`](PerfEventSpec::sampled_in_kernel), the user address where the thread entered the
     /// kernel, which the decoder then reports as the sample's ip.
@@ -198,6 +204,10 @@ pub struct EventParams {
 /// # Errors
 /// The errno of `perf_event_open(2)`.
 pub fn open(params: &EventParams, tid: Tid, cpu: usize) -> Result<OwnedFd, Errno> {
+    open_on(params, tid, Some(cpu))
+}
+
+fn open_on(params: &EventParams, tid: Tid, cpu: Option<usize>) -> Result<OwnedFd, Errno> {
     let mut builder = Builder::new(SpecEvent(params.spec));
     if tid == Tid::ALL_TASKS {
         builder.any_pid();
@@ -208,12 +218,18 @@ pub fn open(params: &EventParams, tid: Tid, cpu: usize) -> Result<OwnedFd, Errno
     if params.sample_tid {
         sample |= SampleFlag::TID;
     }
+    if params.sample_cpu {
+        sample |= SampleFlag::CPU;
+    }
     if params.user_ip {
         sample |= SampleFlag::REGS_USER;
         builder.sample_regs_user(USER_IP_MASK);
     }
+    match cpu {
+        Some(cpu) => builder.one_cpu(cpu),
+        None => builder.any_cpu(),
+    };
     builder
-        .one_cpu(cpu)
         .sample_period(params.period)
         .sample(sample)
         .exclude_kernel(params.exclude_kernel)
@@ -222,9 +238,40 @@ pub fn open(params: &EventParams, tid: Tid, cpu: usize) -> Result<OwnedFd, Errno
         .inherit_thread(params.inherit_threads)
         .wakeup_watermark(params.wakeup_watermark)
         .enabled(false);
+    let attr = builder.attrs_mut();
+    attr.set_precise_ip(u64::from(params.precise_ip.min(MAX_PRECISE_IP)));
+    if params.read_lost {
+        attr.read_format = u64::from(bindings::PERF_FORMAT_LOST);
+    }
+    let counter = builder.build().map_err(|e| errno_of(&e))?;
+    let raw = counter.into_raw_fd();
+    // SAFETY: `into_raw_fd` hands us sole ownership of a valid, open descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Open the owner of a per-thread ring: a software `dummy` event of thread `tid` on any processor, which counts
+/// and samples nothing; it is only mapped, and the thread's sampling event writes into its ring
+/// (`PERF_EVENT_IOC_SET_OUTPUT` accepts a per-thread ring only from an event of the same thread). The ring's
+/// wake-up watermark is the owner's: `wakeup_watermark` bytes.
+///
+/// # Errors
+/// The errno of `perf_event_open(2)`.
+pub fn open_ring_owner(tid: Tid, wakeup_watermark: usize) -> Result<OwnedFd, Errno> {
+    let dummy = PerfEventSpec {
+        type_: abi::TYPE_SOFTWARE,
+        config: u64::from(bindings::PERF_COUNT_SW_DUMMY),
+        config1: 0,
+        config2: 0,
+        name: "dummy",
+    };
+    let mut builder = Builder::new(SpecEvent(dummy));
     builder
-        .attrs_mut()
-        .set_precise_ip(u64::from(params.precise_ip.min(MAX_PRECISE_IP)));
+        .observe_pid(tid.0)
+        .any_cpu()
+        .exclude_kernel(true)
+        .exclude_hv(true)
+        .wakeup_watermark(wakeup_watermark)
+        .enabled(false);
     let counter = builder.build().map_err(|e| errno_of(&e))?;
     let raw = counter.into_raw_fd();
     // SAFETY: `into_raw_fd` hands us sole ownership of a valid, open descriptor.
@@ -237,8 +284,22 @@ pub fn open(params: &EventParams, tid: Tid, cpu: usize) -> Result<OwnedFd, Errno
 ///
 /// # Errors
 /// The errno of the last `perf_event_open(2)` tried.
-pub fn open_precise(params: &mut EventParams, tid: Tid, cpu: usize) -> Result<OwnedFd, Errno> {
-    step_down_precise(params, |p| open(p, tid, cpu))
+/// `cpu`: `None` for any CPU.
+///
+pub fn open_precise_on(
+    params: &mut EventParams,
+    tid: Tid,
+    cpu: Option<usize>,
+) -> Result<OwnedFd, Errno> {
+    step_down_precise(params, |p| open_on(p, tid, cpu))
+}
+
+/// [`open`] on CPU `cpu`, or on any CPU (`None`).
+///
+/// # Errors
+/// The errno of `perf_event_open(2)`.
+pub fn open_on_cpu(params: &EventParams, tid: Tid, cpu: Option<usize>) -> Result<OwnedFd, Errno> {
+    open_on(params, tid, cpu)
 }
 
 /// The step-down of `open_precise`, apart from the system call (so that it can be tested without a PMU).
@@ -334,7 +395,8 @@ pub fn disable(fd: BorrowedFd<'_>) -> Result<(), Errno> {
     ioctl_arg(fd, bindings::DISABLE, 0)
 }
 
-/// `PERF_EVENT_IOC_SET_OUTPUT`: send `fd`'s records into `target`'s ring (same CPU only).
+/// `PERF_EVENT_IOC_SET_OUTPUT`: send `fd`'s records into `target`'s ring (same CPU only; for events on any
+/// CPU, same thread only).
 pub fn set_output(fd: BorrowedFd<'_>, target: BorrowedFd<'_>) -> Result<(), Errno> {
     ioctl_arg(
         fd,
@@ -374,10 +436,12 @@ mod tests {
             period: 65_536,
             exclude_kernel: true,
             sample_tid: false,
+            sample_cpu: false,
             inherit_threads: true,
             wakeup_watermark: 4096,
             precise_ip,
             user_ip: false,
+            read_lost: false,
         }
     }
 

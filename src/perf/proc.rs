@@ -88,3 +88,32 @@ fn read_number<T: std::str::FromStr>(path: &str) -> Option<T> {
 pub fn perf_event_max_stack() -> Option<u32> {
     read_number("/proc/sys/kernel/perf_event_max_stack")
 }
+
+/// `kernel.perf_event_mlock_kb` now (KiB of ring memory each user may lock per online CPU), or `None`.
+pub fn perf_event_mlock_kb() -> Option<u64> {
+    read_number("/proc/sys/kernel/perf_event_mlock_kb")
+}
+
+/// How many descriptors this process has open now (the entries of `/proc/self/fd`, less the one the listing
+/// itself uses), or `None` when the listing cannot be read.
+pub fn open_descriptors() -> Option<u64> {
+    let n = std::fs::read_dir("/proc/self/fd").ok()?.count() as u64;
+    Some(n.saturating_sub(1))
+}
+
+/// KiB of this process's memory pinned now (`VmPin` of `/proc/self/status`: perf rings beyond the per-user
+/// allowance are charged there), 0 when unreadable.
+pub fn pinned_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmPin:"))?;
+            line.trim_start_matches("VmPin:")
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}

@@ -197,6 +197,11 @@ impl Ring {
         unsafe { std::ptr::read_volatile(at.cast::<u64>()) }
     }
 
+    /// Bytes of the mapping (the metadata page and the data pages): the locked memory the ring costs.
+    pub fn map_len(&self) -> usize {
+        self.map_len
+    }
+
     /// The fork generation of the process that mapped the ring: the ring exists only where
     /// [`sys::fork_generation`] still returns it.
     pub fn generation(&self) -> u64 {
@@ -402,6 +407,7 @@ mod tests {
             SampleLayout {
                 tid: true,
                 user_ip: false,
+                cpu: false,
             },
         )
         .expect("anonymous ring");
@@ -457,6 +463,7 @@ mod tests {
             SampleLayout {
                 tid: true,
                 user_ip: false,
+                cpu: false,
             },
         )
         .expect("anonymous ring");

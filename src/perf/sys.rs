@@ -221,7 +221,8 @@ pub fn pidfd_exited_within(pidfd: BorrowedFd<'_>, ms: u16) -> bool {
     matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0)
 }
 
-/// Raise the soft `RLIMIT_NOFILE` toward the hard limit (doubling, at least +1024). True if it went up.
+/// Raise the soft `RLIMIT_NOFILE` to the hard limit (what `perf` and Go's runtime do): every descriptor the
+/// process may have becomes usable. True if it went up.
 pub fn raise_nofile_limit() -> bool {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
@@ -230,11 +231,19 @@ pub fn raise_nofile_limit() -> bool {
     if soft >= hard {
         return false;
     }
-    let want = soft
-        .saturating_mul(2)
-        .max(soft.saturating_add(1024))
-        .min(hard);
-    setrlimit(Resource::RLIMIT_NOFILE, want, hard).is_ok()
+    setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok()
+}
+
+/// The soft and hard `RLIMIT_NOFILE` (`u64::MAX` for unlimited; `(1024, 1024)` when unreadable).
+pub fn nofile_limits() -> (u64, u64) {
+    use nix::sys::resource::{Resource, getrlimit};
+    getrlimit(Resource::RLIMIT_NOFILE).unwrap_or((1024, 1024))
+}
+
+/// The soft `RLIMIT_MEMLOCK` in bytes (`u64::MAX` for unlimited; 0 when unreadable).
+pub fn memlock_limit() -> u64 {
+    use nix::sys::resource::{Resource, getrlimit};
+    getrlimit(Resource::RLIMIT_MEMLOCK).map_or(0, |(soft, _)| soft)
 }
 
 /// The CPU the calling thread runs on now (`sched_getcpu(3)`).

@@ -70,6 +70,7 @@ pub(super) fn build(b: SamplerBuilder) -> Result<Sampler, Error> {
         rings,
         waits: SamplerWaker(Arc::new(waits)),
         pages: opener.pages,
+        global: b.global,
         events_count_lost: opener.params.read_lost,
         scratch: vec![0u64; Ring::MAX_RECORD_WORDS].into_boxed_slice(),
         format,

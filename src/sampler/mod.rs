@@ -130,6 +130,8 @@ pub struct Sampler {
     waits: SamplerWaker,
     /// Data pages of each ring.
     pages: usize,
+    /// A global sampler (one event per processor for every task).
+    global: bool,
     /// The events count the records they could not write (`PERF_FORMAT_LOST`): lost counts are exact.
     events_count_lost: bool,
     /// Where a record that wraps round a ring's end is copied.
@@ -328,6 +330,24 @@ impl Sampler {
     /// The profile source.
     pub fn source(&self) -> ProfileSource {
         self.source
+    }
+
+    /// The sampler's perf events: their layout (one event per thread and processor for processes, one per
+    /// processor for a global sampler), descriptors, rings and the bytes of their mappings. `threads` is the
+    /// number of events per ring (the threads observed directly, of all target processes together).
+    pub fn event_usage(&self) -> crate::engine::mode::EventUsage {
+        let rings = self.rings.len();
+        crate::engine::mode::EventUsage {
+            mode: if self.global {
+                crate::engine::mode::EventMode::Cpu
+            } else {
+                crate::engine::mode::EventMode::ThreadCpu
+            },
+            descriptors: self.fds.len(),
+            rings,
+            ring_bytes: rings * (self.pages + 1) * crate::perf::ring::page_size(),
+            threads: self.fds.len().checked_div(rings).unwrap_or(0),
+        }
     }
 
     /// Data pages of each CPU's ring: what was asked for (or the default), or less where the locked-memory

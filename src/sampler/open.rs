@@ -228,6 +228,7 @@ impl Opener {
         for attempt in 0..RESCAN_LIMIT {
             let cp = self.checkpoint();
             let scan = threads(target)?;
+            self.check_descriptors(scan.len(), who)?;
             for &tid in scan.iter().filter(|t| !skip.contains(t)) {
                 self.observe(tid, who)?;
             }
@@ -255,6 +256,36 @@ impl Opener {
         Ok(())
     }
 
+    /// Fail at once, before opening a target's events, when `threads` threads on every CPU cannot fit under the
+    /// hard descriptor limit; raise the soft limit to the hard one when they need more than it leaves.
+    fn check_descriptors(&mut self, threads: usize, who: Who) -> Result<(), Stop> {
+        let budget = crate::engine::mode::Budget::now();
+        let need = (threads as u64).saturating_mul(self.cpus.len() as u64);
+        if budget.open + need + 16 > budget.hard {
+            let whom = match who {
+                Who::Other(pid) => format!("process {pid}"),
+                Who::Current | Who::Global => "this process".to_string(),
+            };
+            return Err(Stop::Fail(Error::new(
+                NtStatus::INSUFFICIENT_RESOURCES,
+                format!(
+                    "sampling the {threads} threads of {whom} on {} processors needs {need} descriptors (one \
+                     event per thread and processor) beside the {} open; RLIMIT_NOFILE is {}/{} (soft/hard): \
+                     raise the hard limit (ulimit -Hn, systemd LimitNOFILE=) to at least {}",
+                    self.cpus.len(),
+                    budget.open,
+                    budget.soft,
+                    budget.hard,
+                    budget.open + need + 16
+                ),
+            )));
+        }
+        if budget.open + need + 16 > budget.soft && sys::raise_nofile_limit() {
+            self.raised_nofile = true;
+        }
+        Ok(())
+    }
+
     /// Open task `tid`'s event on every CPU: the first of a CPU owns its ring, the others write into it.
     fn observe(&mut self, tid: Tid, who: Who) -> Result<(), Stop> {
         for ci in 0..self.cpus.len() {
@@ -275,6 +306,7 @@ impl Opener {
                         SampleLayout {
                             tid: true,
                             user_ip: false,
+                            cpu: false,
                         },
                     ) {
                         Ok(ring) => ring,

@@ -242,6 +242,8 @@ pub const RECORDER_END: &str = "<!-- recorder:end -->";
 pub const KEPT_SECTIONS: &[(&str, &str)] = &[
     (RECORDER_BEGIN, RECORDER_END),
     ("<!-- stacks:begin -->", "<!-- stacks:end -->"),
+    // Written by hand from `examples/many_threads.rs` and `examples/consumer_rate.rs` runs.
+    ("<!-- many-threads:begin -->", "<!-- many-threads:end -->"),
 ];
 
 /// `new`, the regenerated `BENCHMARKS.md`, with the other benchmarks' sections of `old` (the file it replaces)

@@ -188,6 +188,7 @@ pub fn run_info(mode: &str, command: Vec<String>, pid: Option<u32>, started_at: 
         call_graph: None,
         recorder_cpu_ms: 0.0,
         recorder_rounds: 0,
+        events: None,
         notes: Vec::new(),
         expected: Vec::new(),
         explanations: Vec::new(),

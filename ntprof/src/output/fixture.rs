@@ -117,6 +117,7 @@ pub fn report() -> Report {
             call_graph: None,
             recorder_cpu_ms: 12.5,
             recorder_rounds: 0,
+            events: None,
             notes: vec!["every mapping was reported by the kernel as it was made".into()],
             expected: vec![],
             explanations: vec![],

@@ -130,7 +130,8 @@ fn explain(what: &str, err: &ntprofile::Error, pid: Option<u32>) -> Failure {
         return Failure::new(
             EXIT_FAILURE,
             format!(
-                "{base}\n  out of file descriptors or perf ring memory: raise 'ulimit -n', or \
+                "{base}\n  out of file descriptors or perf ring memory: raise the hard descriptor limit \
+                 ('ulimit -Hn', systemd LimitNOFILE=; ntprof raises the soft one to it), 'ulimit -l' or \
                  kernel.perf_event_mlock_kb"
             ),
         );
@@ -153,6 +154,7 @@ fn finish_report(
     endings: &Endings,
 ) -> Report {
     let bucket = run.bucket_log2;
+    run.events = session.events.clone();
     let (processes, sources, spent) = collect::build(
         &session.tracker,
         &session.infos,

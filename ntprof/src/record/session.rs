@@ -55,6 +55,8 @@ pub struct Session {
     order: Order,
     /// The off-CPU watcher (`--off-cpu`).
     pub off_cpu: Option<OffCpu>,
+    /// The perf events of the CPU samplers, every source's together.
+    pub events: Option<crate::report::EventsInfo>,
     /// Rounds are fast ([`FAST_ROUND`]) until then: a fork or an exec was read shortly before.
     busy_until: Option<Instant>,
     /// Rounds read so far (the recorder's fixed cost: a sleeping command costs one per [`ROUND`]).
@@ -227,7 +229,18 @@ impl Session {
                 )
             }
         };
+        let events = samplers.first().map(|first| {
+            let usage: Vec<ntprofile::EventUsage> =
+                samplers.iter().map(Sampler::event_usage).collect();
+            crate::report::EventsInfo {
+                mode: first.event_usage().mode.name().to_string(),
+                descriptors: usage.iter().map(|u| u.descriptors as u64).sum(),
+                rings: usage.iter().map(|u| u.rings as u64).sum(),
+                ring_bytes: usage.iter().map(|u| u.ring_bytes as u64).sum(),
+            }
+        });
         Ok(Session {
+            events,
             samplers,
             infos,
             tracker,

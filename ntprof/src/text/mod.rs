@@ -131,6 +131,16 @@ fn header(out: &mut String, report: &Report) {
         let _ = write!(out, "; recording used {:.1} ms of CPU", run.recorder_cpu_ms);
     }
     out.push('\n');
+    if let Some(e) = &run.events {
+        let _ = writeln!(
+            out,
+            "  perf events: {}, {} descriptors, {} rings ({} KiB)",
+            e.mode,
+            e.descriptors,
+            e.rings,
+            e.ring_bytes / 1024
+        );
+    }
     for s in report.sources.iter().filter(|s| !s.is_off_cpu()) {
         let st = &s.stats;
         let jitter = if s.jitter_percent > 0 {
@@ -189,6 +199,7 @@ mod tests {
                 call_graph: None,
                 recorder_cpu_ms: 12.5,
                 recorder_rounds: 0,
+                events: None,
                 notes: vec!["a note".into()],
                 expected: vec![Expectation {
                     function: "hot".into(),

@@ -1,0 +1,355 @@
+//! How a stream lays out its perf events, chosen at each start from the budgets of the process: descriptors
+//! (`RLIMIT_NOFILE`, soft raised to hard when needed) and locked ring memory (`kernel.perf_event_mlock_kb` per
+//! online CPU plus `RLIMIT_MEMLOCK`, or CAP_IPC_LOCK), and the failure that names the limit to raise when no
+//! layout fits.
+//!
+//! - [`EventMode::ThreadCpu`]: one event per (thread × processor) with `inherit`, one ring per processor
+//!   (`PERF_EVENT_IOC_SET_OUTPUT`): `threads × cpus` descriptors, `cpus` rings.
+//! - [`EventMode::PerThread`]: per thread, one `inherit` event on any processor writing into the ring of a
+//!   `dummy` event of the same thread (the kernel shares a per-thread ring only within its thread, and refuses
+//!   to map an `inherit` event on any processor): `2 × threads` descriptors, `threads` small rings; each sample
+//!   carries its processor, and the consumer applies the affinity from it.
+//! - [`EventMode::Cpu`]: a global stream, one event per processor for every task.
+
+use std::cell::RefCell;
+
+use crate::perf::proc;
+use crate::perf::ring::page_size;
+use crate::perf::sys;
+use crate::target::{has_capability, perf_event_paranoid};
+
+/// `CAP_IPC_LOCK`: ring memory is not limited.
+const CAP_IPC_LOCK: u32 = 14;
+/// Data pages of a per-thread ring, most to fewest: the largest that fits half the locked-memory budget is
+/// taken (the other half stays for other streams and samplers), else one page if the whole budget holds it.
+const PER_THREAD_PAGES: [usize; 7] = [64, 32, 16, 8, 4, 2, 1];
+/// The most ring memory per-thread rings of one stream take by choice: smaller rings beyond it (one data page at
+/// the least, whatever the count).
+const UNLIMITED_TARGET: u64 = 32 << 20;
+/// Descriptors kept free beyond a stream's own: threads created during the start, and the process's own needs.
+const SPARE_DESCRIPTORS: u64 = 32;
+
+/// How a stream's events are laid out (see the module's documentation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EventMode {
+    /// One event per (thread × processor), one ring per processor.
+    ThreadCpu,
+    /// One event and one small ring per thread, on any processor; the affinity applied from each sample's CPU.
+    PerThread,
+    /// One event per processor for every task (a global profile).
+    Cpu,
+}
+
+impl EventMode {
+    /// The mode's name as the docs, `ntprof` and `NTPROFILE_EVENTS` spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventMode::ThreadCpu => "thread-cpu",
+            EventMode::PerThread => "per-thread",
+            EventMode::Cpu => "cpu",
+        }
+    }
+
+    /// The number the C API reports (`NTPROFILE_EVENTS_*`).
+    pub fn code(self) -> u32 {
+        match self {
+            EventMode::ThreadCpu => 1,
+            EventMode::PerThread => 2,
+            EventMode::Cpu => 3,
+        }
+    }
+}
+
+/// The perf events behind a started profile (its stream, shared with the other started profiles of the same
+/// source and process): how they are laid out, how many descriptors and rings they hold, the bytes of ring
+/// memory mapped, and the threads observed directly (threads created later are observed through inheritance).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventUsage {
+    /// The layout.
+    pub mode: EventMode,
+    /// Event descriptors held.
+    pub descriptors: usize,
+    /// Rings mapped.
+    pub rings: usize,
+    /// Bytes of the rings' mappings (locked memory).
+    pub ring_bytes: usize,
+    /// Threads whose events were opened directly at the start.
+    pub threads: usize,
+}
+
+/// The mode the environment forces (`NTPROFILE_EVENTS=per-thread` or `thread-cpu`), read at each start; `None`
+/// (also for `auto` or anything else): chosen from the budgets.
+pub(crate) fn forced_mode() -> Option<EventMode> {
+    match std::env::var("NTPROFILE_EVENTS").ok()?.as_str() {
+        "per-thread" => Some(EventMode::PerThread),
+        "thread-cpu" => Some(EventMode::ThreadCpu),
+        _ => None,
+    }
+}
+
+/// What the process may use now.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Budget {
+    /// The soft `RLIMIT_NOFILE`.
+    pub(crate) soft: u64,
+    /// The hard `RLIMIT_NOFILE`.
+    pub(crate) hard: u64,
+    /// Descriptors open now.
+    pub(crate) open: u64,
+    /// Bytes of ring memory the process may still lock (`None`: unlimited, CAP_IPC_LOCK).
+    pub(crate) locked: Option<u64>,
+    /// The parts of `locked`, for the message.
+    pub(crate) mlock_kb: u64,
+    pub(crate) memlock: u64,
+    pub(crate) pinned_kib: u64,
+    pub(crate) online: u64,
+}
+
+impl Budget {
+    /// The budget now.
+    pub(crate) fn now() -> Budget {
+        let (soft, hard) = sys::nofile_limits();
+        let open = proc::open_descriptors().unwrap_or(0);
+        let online = crate::affinity::online_cpus().len() as u64;
+        let mlock_kb = proc::perf_event_mlock_kb().unwrap_or(516);
+        let memlock = sys::memlock_limit();
+        let pinned_kib = proc::pinned_kib();
+        let unlimited =
+            has_capability(CAP_IPC_LOCK) || perf_event_paranoid() < 0 || memlock == u64::MAX;
+        let locked = (!unlimited).then(|| {
+            (mlock_kb * 1024 * online)
+                .saturating_add(memlock)
+                .saturating_sub(pinned_kib * 1024)
+        });
+        Budget {
+            soft,
+            hard,
+            open,
+            locked,
+            mlock_kb,
+            memlock,
+            pinned_kib,
+            online,
+        }
+    }
+
+    /// Descriptors the process may still open once the soft limit is raised to the hard one.
+    fn free_descriptors(&self) -> u64 {
+        self.hard.saturating_sub(self.open)
+    }
+}
+
+/// A layout that fits: the mode, and for per-thread rings their data pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Plan {
+    pub(crate) mode: EventMode,
+    pub(crate) pages: usize,
+}
+
+/// Descriptors a mode needs for `threads` threads on `cpus` processors.
+pub(crate) fn descriptors(mode: EventMode, threads: u64, cpus: u64) -> u64 {
+    match mode {
+        EventMode::ThreadCpu => threads.saturating_mul(cpus),
+        EventMode::PerThread => threads.saturating_mul(2),
+        EventMode::Cpu => cpus,
+    }
+}
+
+/// Locked bytes of `threads` per-thread rings of `pages` data pages (each with its metadata page).
+fn per_thread_bytes(threads: u64, pages: usize) -> u64 {
+    threads.saturating_mul((pages as u64 + 1) * page_size() as u64)
+}
+
+/// The layout for `threads` threads on `cpus` processors under `budget` (`forced`: that mode or none):
+/// (thread × processor) events where the hard descriptor limit holds them, per-thread events where it does not
+/// and their rings fit the locked memory.
+///
+/// # Errors
+/// When no layout fits: a sentence with what was needed and the limits, naming the limit to raise.
+pub(crate) fn choose(
+    threads: u64,
+    cpus: u64,
+    forced: Option<EventMode>,
+    budget: &Budget,
+) -> Result<Plan, String> {
+    let spare = SPARE_DESCRIPTORS + threads / 8;
+    let free = budget.free_descriptors();
+    let per_thread = || -> Option<Plan> {
+        if descriptors(EventMode::PerThread, threads, cpus) + spare > free {
+            return None;
+        }
+        // Without a limit (CAP_IPC_LOCK), the rings still stay within `UNLIMITED_TARGET` where they can.
+        let locked = budget.locked.unwrap_or(u64::MAX);
+        let pages = *PER_THREAD_PAGES
+            .iter()
+            .find(|&&p| per_thread_bytes(threads, p) <= (locked / 2).min(UNLIMITED_TARGET))
+            .or_else(|| {
+                PER_THREAD_PAGES
+                    .last()
+                    .filter(|&&p| per_thread_bytes(threads, p) <= locked)
+            })?;
+        Some(Plan {
+            mode: EventMode::PerThread,
+            pages,
+        })
+    };
+    let thread_cpu = || -> Option<Plan> {
+        (descriptors(EventMode::ThreadCpu, threads, cpus) + spare <= free).then_some(Plan {
+            mode: EventMode::ThreadCpu,
+            pages: 0,
+        })
+    };
+    let found = match forced {
+        Some(EventMode::PerThread) => per_thread(),
+        Some(_) => thread_cpu(),
+        // (Thread × processor) events first wherever the descriptors allow them; per-thread events where they
+        // do not (see docs/limits.md for the case where a per-thread stream of another process that exits
+        // under load was measured to miss samples without counting them as lost).
+        None => thread_cpu().or_else(per_thread),
+    };
+    found.ok_or_else(|| shortfall(threads, cpus, forced, budget))
+}
+
+/// The sentence of a start that no layout fits.
+fn shortfall(threads: u64, cpus: u64, forced: Option<EventMode>, b: &Budget) -> String {
+    let spare = SPARE_DESCRIPTORS + threads / 8;
+    let tc = descriptors(EventMode::ThreadCpu, threads, cpus);
+    let pt = descriptors(EventMode::PerThread, threads, cpus);
+    let ring_kib = per_thread_bytes(threads, 1) / 1024;
+    let locked = match b.locked {
+        None => "unlimited (CAP_IPC_LOCK)".to_string(),
+        Some(l) => format!(
+            "{} KiB (kernel.perf_event_mlock_kb {} × {} CPUs + RLIMIT_MEMLOCK {} KiB, less {} KiB pinned)",
+            l / 1024,
+            b.mlock_kb,
+            b.online,
+            b.memlock / 1024,
+            b.pinned_kib
+        ),
+    };
+    let memlock = if b.locked.is_some() {
+        ", or raise RLIMIT_MEMLOCK (ulimit -l) or kernel.perf_event_mlock_kb so that per-thread rings fit"
+    } else {
+        ""
+    };
+    let forced = forced.map_or(String::new(), |m| {
+        format!(" (NTPROFILE_EVENTS forces {})", m.name())
+    });
+    let need_fds = b.open + pt.min(tc) + spare;
+    let fix = if need_fds > b.hard {
+        format!(
+            "raise the hard RLIMIT_NOFILE (ulimit -Hn, systemd LimitNOFILE=) to at least {need_fds}{memlock}"
+        )
+    } else {
+        format!(
+            "the descriptors fit, the rings do not: raise RLIMIT_MEMLOCK (ulimit -l) by at least {} KiB or \
+             kernel.perf_event_mlock_kb, or let the layout be chosen (thread-cpu needs one ring per processor)",
+            ring_kib.saturating_sub(b.locked.unwrap_or(0) / 1024)
+        )
+    };
+    format!(
+        "profiling {threads} threads on {cpus} processors{forced} needs {tc} descriptors (thread-cpu: one event \
+         per thread and processor) or {pt} descriptors and {ring_kib} KiB of locked ring memory (per-thread), \
+         and about {spare} to spare; this process has {} open, RLIMIT_NOFILE {}/{} (soft/hard), locked memory \
+         {locked}: {fix}",
+        b.open, b.soft, b.hard,
+    )
+}
+
+thread_local! {
+    /// Why the last start on this thread found no resources (taken by the error's detail).
+    static SHORTFALL: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Remember why a start on this thread failed for want of resources.
+pub(crate) fn set_shortfall(text: String) {
+    SHORTFALL.with(|s| *s.borrow_mut() = Some(text));
+}
+
+/// Why the last start on this thread failed for want of resources, once.
+pub fn take_shortfall() -> Option<String> {
+    SHORTFALL.with(|s| s.borrow_mut().take())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(hard: u64, locked: Option<u64>) -> Budget {
+        Budget {
+            soft: 1024,
+            hard,
+            open: 10,
+            locked,
+            mlock_kb: 516,
+            memlock: 8 << 20,
+            pinned_kib: 0,
+            online: 2,
+        }
+    }
+
+    #[test]
+    fn per_thread_where_it_saves_descriptors_and_its_rings_fit() {
+        let b = budget(20_000, Some(9 << 20));
+        let p = choose(1000, 96, None, &b).unwrap();
+        assert_eq!(p.mode, EventMode::PerThread);
+        // 1000 rings in half of 9 MiB: one data page each (2 pages = 8 KiB each).
+        assert_eq!(p.pages, 1);
+        // Few threads: rings as large as a processor's.
+        assert_eq!(
+            choose(4, 96, Some(EventMode::PerThread), &b).unwrap().pages,
+            64
+        );
+        assert_eq!(
+            choose(1000, 2, None, &b).unwrap().mode,
+            EventMode::ThreadCpu
+        );
+        // No room for 1000 rings: (thread × processor) if the descriptors allow it.
+        let tight = budget(200_000, Some(1 << 20));
+        assert_eq!(
+            choose(1000, 96, None, &tight).unwrap().mode,
+            EventMode::ThreadCpu
+        );
+        // Without a locked-memory limit, 1000 rings within 32 MiB: four data pages each.
+        assert_eq!(
+            choose(1000, 96, None, &budget(20_000, None)).unwrap().pages,
+            4
+        );
+    }
+
+    #[test]
+    fn rings_that_do_not_fit_name_the_locked_memory() {
+        let e = choose(
+            2000,
+            2,
+            Some(EventMode::PerThread),
+            &budget(20_000, Some(9 << 20)),
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("RLIMIT_MEMLOCK") && !e.contains("ulimit -Hn"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn nothing_fits_names_the_limits() {
+        let b = budget(1500, Some(1 << 20));
+        let e = choose(2000, 2, None, &b).unwrap_err();
+        assert!(
+            e.contains("4000 descriptors") && e.contains("RLIMIT_NOFILE 1024/1500"),
+            "{e}"
+        );
+        assert!(e.contains("ulimit -Hn"), "{e}");
+        assert!(
+            choose(
+                2000,
+                2,
+                Some(EventMode::PerThread),
+                &budget(20_000, Some(1 << 20))
+            )
+            .is_err()
+        );
+    }
+}

@@ -1,0 +1,382 @@
+//! A process of thousands of threads at the usual descriptor limits (soft 1,024, hard 20,000): a profile of the
+//! calling process starts in each event layout, as root and without privilege, counts busy threads for their CPU
+//! time, and a hard limit too small fails at once with `STATUS_INSUFFICIENT_RESOURCES` naming the limit. Each
+//! case runs in a helper process (this binary again) started under `prlimit`, so that the limits are its own.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ntprofile::{NtStatus, Profile, ProfileSource, Sampler};
+
+const HELPER_ENV: &str = "NTPROFILE_MANY_THREADS_HELPER";
+
+/// Run time of thread `tid` of this process so far (ns, the first field of its schedstat).
+fn run_time_ns(tid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/schedstat"))
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The helper: `threads` threads in all (`busy` of them spinning), then a profile of this process (or a
+/// sampler, `what = sampler`) started, run until its threads used half a second of CPU, stopped; prints `RESULT` lines.
+#[test]
+#[ignore = "a helper process of the tests below"]
+fn helper() {
+    let Ok(what) = std::env::var(HELPER_ENV) else {
+        return;
+    };
+    let threads: usize = std::env::var("THREADS").unwrap().parse().unwrap();
+    let busy: usize = std::env::var("BUSY").unwrap().parse().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let workers: Vec<_> = (1..threads)
+        .map(|i| {
+            let (stop, tid_tx) = (stop.clone(), tid_tx.clone());
+            std::thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    let _ = tid_tx.send((i, nix::unistd::gettid().as_raw()));
+                    let mut x = 0u64;
+                    while !stop.load(Ordering::Acquire) {
+                        if i <= busy {
+                            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                        } else {
+                            std::thread::park();
+                        }
+                    }
+                })
+                .expect("spawn")
+        })
+        .collect();
+    let tids: Vec<(usize, i32)> = (1..threads).map(|_| tid_rx.recv().unwrap()).collect();
+    // Every thread the profile observes: the workers and this one (the library's own threads are not observed).
+    let observed: Vec<i32> = tids
+        .iter()
+        .map(|t| t.1)
+        .chain([nix::unistd::gettid().as_raw()])
+        .collect();
+    let cpu = || observed.iter().map(|&t| run_time_ns(t)).sum::<u64>();
+    if what == "target" {
+        // A process to profile: its threads exist; it ends when its standard input closes.
+        println!("ready");
+        let _ = std::io::Read::read(&mut std::io::stdin(), &mut [0u8; 1]);
+        std::process::exit(0);
+    }
+    let (soft, hard) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+    println!("RESULT soft {soft}");
+    println!("RESULT hard {hard}");
+    if what == "other" {
+        other_process(threads, busy);
+    } else if what == "sampler" {
+        let t = Instant::now();
+        let built = Sampler::builder().build();
+        println!("RESULT start_ms {}", t.elapsed().as_millis());
+        match built {
+            Ok(s) => println!("RESULT status 0x0 {s:?}"),
+            Err(e) => println!("RESULT status {:#x} {e}", e.status().as_u32()),
+        }
+    } else {
+        ntprofile::set_interval(ProfileSource::Time, 10_000); // 1 ms
+        let profile = Profile::builder()
+            .range(0x1000, 0x7fff_ffff_0000)
+            .bucket_size(31)
+            .source(ProfileSource::Time)
+            .build()
+            .expect("create");
+        let cpu0 = cpu();
+        let t = Instant::now();
+        let started = profile.start();
+        let start_ms = t.elapsed().as_millis();
+        let cpu1 = cpu();
+        println!("RESULT start_ms {start_ms}");
+        match started {
+            Err(e) => println!("RESULT status {:#x} {e}", e.status().as_u32()),
+            Ok(()) => {
+                let u = profile.event_usage().expect("usage of a started profile");
+                println!("RESULT status 0x0");
+                println!("RESULT mode {}", u.mode.name());
+                println!("RESULT descriptors {}", u.descriptors);
+                // Sample until the observed threads ran 500 ms (however loaded the machine), 30 s at most.
+                let t = Instant::now();
+                while cpu() - cpu1 < 500_000_000 && t.elapsed() < Duration::from_secs(30) {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                let cpu2 = cpu();
+                let t = Instant::now();
+                profile.stop().expect("stop");
+                println!("RESULT stop_ms {}", t.elapsed().as_millis());
+                let cpu3 = cpu();
+                let s = profile.stats();
+                println!("RESULT samples {}", s.counted + s.outside + s.lost);
+                println!("RESULT lost {}", s.lost);
+                // Sampling ran at least from the end of the start to the stop, at most from before the start
+                // to the end of the stop.
+                println!("RESULT inner_ms {}", (cpu2 - cpu1) / 1_000_000);
+                println!("RESULT outer_ms {}", (cpu3 - cpu0) / 1_000_000);
+            }
+        }
+    }
+    stop.store(true, Ordering::Release);
+    for w in workers {
+        w.thread().unpark();
+        w.join().unwrap();
+    }
+}
+
+/// The helper's `other` case: a target process (this binary again, `target`) with `threads` threads, `busy`
+/// of them spinning, profiled through its pid; the same `RESULT` lines as for this process.
+fn other_process(threads: usize, busy: usize) {
+    use std::io::BufRead;
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--ignored",
+            "--exact",
+            "helper",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HELPER_ENV, "target")
+        .env("THREADS", threads.to_string())
+        .env("BUSY", busy.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while out.read_line(&mut line).unwrap() > 0 && !line.contains("ready") {
+        line.clear();
+    }
+    let pid = child.id();
+    let cpu = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .filter_map(|e| {
+                        std::fs::read_to_string(e.path().join("schedstat"))
+                            .ok()?
+                            .split_whitespace()
+                            .next()?
+                            .parse::<u64>()
+                            .ok()
+                    })
+                    .sum::<u64>()
+            })
+            .unwrap_or(0)
+    };
+    let (soft, hard) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+    println!("RESULT soft {soft}");
+    println!("RESULT hard {hard}");
+    ntprofile::set_interval(ProfileSource::Time, 10_000); // 1 ms
+    let process = ntprofile::Process::open(pid).expect("open the target");
+    let profile = Profile::builder()
+        .range(0x1000, 0x7fff_ffff_0000)
+        .bucket_size(31)
+        .source(ProfileSource::Time)
+        .process(&process)
+        .build()
+        .expect("create");
+    let cpu0 = cpu();
+    let t = Instant::now();
+    let started = profile.start();
+    println!("RESULT start_ms {}", t.elapsed().as_millis());
+    let cpu1 = cpu();
+    match started {
+        Err(e) => println!("RESULT status {:#x} {e}", e.status().as_u32()),
+        Ok(()) => {
+            let u = profile.event_usage().expect("usage of a started profile");
+            println!("RESULT status 0x0");
+            println!("RESULT mode {}", u.mode.name());
+            println!("RESULT descriptors {}", u.descriptors);
+            // Sample until the observed threads ran 500 ms (however loaded the machine), 30 s at most.
+            let t = Instant::now();
+            while cpu() - cpu1 < 500_000_000 && t.elapsed() < Duration::from_secs(30) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let cpu2 = cpu();
+            profile.stop().expect("stop");
+            let cpu3 = cpu();
+            let s = profile.stats();
+            println!("RESULT samples {}", s.counted + s.outside + s.lost);
+            println!("RESULT lost {}", s.lost);
+            println!("RESULT inner_ms {}", (cpu2 - cpu1) / 1_000_000);
+            println!("RESULT outer_ms {}", (cpu3 - cpu0) / 1_000_000);
+        }
+    }
+    drop(child.stdin.take());
+    let _ = child.wait();
+}
+
+/// This test binary copied where `nobody` can run it.
+fn helper_binary() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("ntprofile-many-threads-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.join("many-threads-helper");
+    if !path.exists() {
+        std::fs::copy(std::env::current_exe().unwrap(), &path).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    path
+}
+
+/// Run the helper with `RLIMIT_NOFILE` soft/hard, unprivileged or not, the events layout forced or not.
+fn run(
+    what: &str,
+    nofile: (u32, u32),
+    threads: usize,
+    busy: usize,
+    unprivileged: bool,
+    mode: Option<&str>,
+) -> std::collections::HashMap<String, String> {
+    let helper = helper_binary();
+    let mut c = Command::new("prlimit");
+    c.arg(format!("--nofile={}:{}", nofile.0, nofile.1))
+        .arg("--");
+    if unprivileged && nix::unistd::geteuid().is_root() {
+        c.args([
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ]);
+        c.args(["--bounding-set=-all"]);
+    }
+    c.arg(&helper)
+        .args([
+            "--ignored",
+            "--exact",
+            "helper",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(HELPER_ENV, what)
+        .env("THREADS", threads.to_string())
+        .env("BUSY", busy.to_string())
+        .current_dir(helper.parent().unwrap());
+    match mode {
+        Some(m) => c.env("NTPROFILE_EVENTS", m),
+        None => c.env_remove("NTPROFILE_EVENTS"),
+    };
+    let (stdout, _, r) = common::run_helper_process(c);
+    println!(
+        "{what} {threads} threads {nofile:?} unprivileged {unprivileged} mode {mode:?}:\n{stdout}"
+    );
+    r
+}
+
+/// 2,000 threads (two of them busy) at soft 1,024 / hard 20,000: the start succeeds within three seconds on a
+/// loaded machine (under one here when idle), the layout is the one asked for, and the busy threads'
+/// samples at 1 ms account for the CPU time of the observed threads (the cpu-clock event fires once per millisecond of it; the margin
+/// covers the sampling noise and the start and stop edges).
+fn check_counts(r: &std::collections::HashMap<String, String>, mode: &str) {
+    assert_eq!(r["soft"], "1024");
+    assert_eq!(r["status"], "0x0", "{r:?}");
+    assert_eq!(r["mode"], mode);
+    let start_ms: u64 = r["start_ms"].parse().unwrap();
+    // Measured 0.15–0.9 s here for 2,000 threads (BENCHMARKS.md), up to 1.7 s for another process at a load
+    // average of 18 on 2 processors; the bound covers such a machine and still catches a start whose cost
+    // grows faster than the threads.
+    assert!(start_ms < 3000, "start took {start_ms} ms");
+    let samples: f64 = r["samples"].parse().unwrap();
+    let inner: f64 = r["inner_ms"].parse().unwrap();
+    let outer: f64 = r["outer_ms"].parse().unwrap();
+    assert!(inner > 200.0, "the busy threads hardly ran: {inner} ms");
+    // One sample per millisecond of CPU time while sampling ran, which lies between the two bounds. Measured:
+    // 0.98–1.05 of the inner bound in quieter runs, 0.88–0.91 at a load average of 18 on 2 processors (the virtual CPUs
+    // are taken away while the threads' run time goes on), in both layouts alike; the margins cover both.
+    assert!(
+        samples >= 0.8 * inner && samples <= 1.1 * outer,
+        "{samples} samples for {inner}..{outer} ms of CPU time"
+    );
+}
+
+#[test]
+fn two_thousand_threads_at_a_soft_limit_of_1024_start_in_each_layout() {
+    let _serial = common::serial();
+    check_counts(
+        &run("profile", (1024, 20_000), 2000, 2, false, None),
+        "thread-cpu",
+    );
+    check_counts(
+        &run(
+            "profile",
+            (1024, 20_000),
+            2000,
+            2,
+            false,
+            Some("per-thread"),
+        ),
+        "per-thread",
+    );
+    check_counts(
+        &run("profile", (1024, 20_000), 2000, 2, true, None),
+        "thread-cpu",
+    );
+    // Another process of 2,000 threads, through its pid (it runs as the profiler's user).
+    check_counts(
+        &run("other", (1024, 20_000), 2000, 2, false, None),
+        "thread-cpu",
+    );
+    check_counts(
+        &run("other", (1024, 20_000), 2000, 2, false, Some("per-thread")),
+        "per-thread",
+    );
+    check_counts(
+        &run("other", (1024, 20_000), 2000, 2, true, None),
+        "thread-cpu",
+    );
+    // Unprivileged, per-thread rings of 2,000 threads do not fit the locked-memory allowance (8 KiB each; about
+    // 9 MiB here): 500 do.
+    check_counts(
+        &run("profile", (1024, 20_000), 500, 2, true, Some("per-thread")),
+        "per-thread",
+    );
+}
+
+#[test]
+fn a_sampler_of_two_thousand_threads_opens_at_a_soft_limit_of_1024() {
+    let _serial = common::serial();
+    for unprivileged in [false, true] {
+        let r = run("sampler", (1024, 20_000), 2000, 0, unprivileged, None);
+        assert!(r["status"].starts_with("0x0 Sampler"), "{r:?}");
+    }
+}
+
+/// A hard limit too small for any layout: `STATUS_INSUFFICIENT_RESOURCES` well under a second, before any
+/// event is opened, with a message that names what was needed and the limit to raise.
+#[test]
+fn true_exhaustion_fails_fast_and_names_the_limit() {
+    let _serial = common::serial();
+    for unprivileged in [false, true] {
+        let r = run("profile", (1024, 1500), 2000, 0, unprivileged, None);
+        assert!(
+            r["status"].starts_with(&format!("{:#x}", NtStatus::INSUFFICIENT_RESOURCES.as_u32())),
+            "{r:?}"
+        );
+        assert!(
+            r["status"].contains("4002 descriptors") && r["status"].contains("ulimit -Hn"),
+            "{r:?}"
+        );
+        let ms: u64 = r["start_ms"].parse().unwrap();
+        assert!(ms < 500, "failing took {ms} ms");
+        // The same for a sampler of the process.
+        let r = run("sampler", (1024, 1500), 2000, 0, unprivileged, None);
+        assert!(
+            r["status"].starts_with(&format!("{:#x}", NtStatus::INSUFFICIENT_RESOURCES.as_u32())),
+            "{r:?}"
+        );
+        assert!(r["status"].contains("ulimit -Hn"), "{r:?}");
+        let ms: u64 = r["start_ms"].parse().unwrap();
+        assert!(ms < 500, "the sampler's failure took {ms} ms");
+    }
+}
