@@ -55,16 +55,20 @@ fn a_corrupt_record_in_the_middle_costs_itself_only() {
     let mut w = Writer::new(false, 0);
     w.load(10, 0x1000, 0x20, "before");
     let bad = w.out.len();
-    // A move record too short for its fields, its size intact.
-    w.record(1, 15, |w| w.u64(7));
+    // A load whose name has no end within the record (and a move too short for its fields), sizes intact.
+    w.record(0, 15, |w| {
+        w.out.extend_from_slice(&[0; 40]);
+        w.out.extend_from_slice(b"abcdefgh");
+    });
+    w.record(1, 16, |w| w.u64(7));
     w.load(20, 0x2000, 0x20, "after");
     let d = JitDump::parse(&w.out).unwrap();
     assert_eq!(d.names, ["before", "after"]);
-    assert_eq!((d.loads, d.skipped, d.first_skipped), (2, 1, Some(bad)));
+    assert_eq!((d.loads, d.skipped, d.first_skipped), (2, 2, Some(bad)));
     assert_eq!((d.cut_at, d.lost_at), (None, None));
     let problem = d.problem().unwrap();
     assert!(
-        problem.contains(&format!("1 corrupt record (the first at byte {bad})")),
+        problem.contains(&format!("2 corrupt records (the first at byte {bad})")),
         "{problem}"
     );
     assert!(!problem.contains("finished writing"), "{problem}");
