@@ -77,7 +77,16 @@ pub fn of_object<'d, R: ReadRef<'d>>(
     let load = |id: SectionId| -> Result<Reader, std::convert::Infallible> {
         let data: Cow<'_, [u8]> = object
             .section_by_name(id.name())
-            .and_then(|s| s.uncompressed_data().ok())
+            .and_then(|s| {
+                // A compressed section may claim any size: beyond what its bytes can plausibly hold
+                // (DWARF compresses far less than 256 to 1) it is not inflated.
+                let c = s.compressed_data().ok()?;
+                let plausible = (c.data.len() as u64)
+                    .saturating_mul(256)
+                    .saturating_add(1 << 20)
+                    .min(files::OBJECT_CAP);
+                (c.uncompressed_size <= plausible).then(|| c.decompress().ok())?
+            })
             .unwrap_or(Cow::Borrowed(&[]));
         Ok(EndianArcSlice::new(Arc::from(&*data), endian))
     };
