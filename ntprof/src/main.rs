@@ -8,6 +8,7 @@
 mod args;
 mod collect;
 mod demo;
+mod files;
 mod offcpu;
 mod output;
 mod progress;

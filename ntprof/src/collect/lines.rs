@@ -15,12 +15,16 @@ impl SourceTexts {
             .files
             .entry(file.to_string())
             .or_insert_with(|| {
-                std::fs::read(file).ok().map(|b| {
-                    String::from_utf8_lossy(&b)
-                        .lines()
-                        .map(str::to_string)
-                        .collect()
-                })
+                // A regular file, not waited for (a FIFO) and not read without end (a device).
+                let path = std::path::Path::new(file);
+                crate::files::read(path, &crate::files::Owners::Any, crate::files::SOURCE_CAP)
+                    .ok()
+                    .map(|b| {
+                        String::from_utf8_lossy(&b)
+                            .lines()
+                            .map(str::to_string)
+                            .collect()
+                    })
             })
             .as_ref()?;
         let text = lines.get((line as usize).checked_sub(1)?)?;

@@ -2,6 +2,8 @@
 //! (once, for every source), then per source the accounting and the tables, and the process table.
 
 mod aggregate;
+#[cfg(test)]
+mod hostile;
 mod lines;
 mod stacks;
 pub mod symbolize;
@@ -31,7 +33,8 @@ pub struct SourceInfo {
 /// signal N`).
 pub type Endings = Vec<(u32, String)>;
 
-/// Build the per-source reports and the process table. Returns them with the time spent symbolizing.
+/// Build the per-source reports and the process table. Returns them with the time spent symbolizing and the
+/// notes on the objects that could not be read in full.
 pub fn build(
     tracker: &Tracker,
     sources: &[SourceInfo],
@@ -39,7 +42,7 @@ pub fn build(
     duration_s: f64,
     bucket_log2: u32,
     endings: &Endings,
-) -> (Vec<ProcessReport>, Vec<SourceReport>, Duration) {
+) -> (Vec<ProcessReport>, Vec<SourceReport>, Duration, Vec<String>) {
     let t0 = Instant::now();
     let stacks = tracker.stacks.locs.len();
     let mut used_stack = vec![false; stacks];
@@ -87,7 +90,8 @@ pub fn build(
         })
         .collect();
     let spent = t0.elapsed();
-    (process_table(tracker, endings), reports, spent)
+    let notes = symbols.notes();
+    (process_table(tracker, endings), reports, spent, notes)
 }
 
 fn source_report(info: &SourceInfo, t: aggregate::Tables, duration_s: f64) -> SourceReport {

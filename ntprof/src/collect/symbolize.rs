@@ -61,6 +61,8 @@ pub struct Symbolizers<'a> {
     elf: HashMap<String, Option<ElfSymbolizer>>,
     /// ntprof's own vDSO, when a `[vdso]` with samples has its size.
     vdso: Option<ElfSymbolizer>,
+    /// Why objects could not be opened (their code is named `module+0x…`).
+    unopened: Vec<String>,
     /// Perf maps the run's end did not read already.
     perf_maps: HashMap<u32, Option<PerfMap>>,
     jit: &'a JitState,
@@ -85,21 +87,29 @@ impl<'a> Symbolizers<'a> {
             .collect();
         paths.sort_unstable();
         paths.dedup();
-        let elf: HashMap<String, Option<ElfSymbolizer>> = std::thread::scope(|scope| {
+        let opened: Vec<(String, Result<ElfSymbolizer, String>)> = std::thread::scope(|scope| {
             let handles: Vec<_> = paths
                 .iter()
-                .map(|&p| {
-                    scope.spawn(move || (p.to_string(), ElfSymbolizer::open(Path::new(p)).ok()))
-                })
+                .map(|&p| scope.spawn(move || (p.to_string(), ElfSymbolizer::open(Path::new(p)))))
                 .collect();
             handles.into_iter().filter_map(|h| h.join().ok()).collect()
         });
+        let mut unopened = Vec::new();
+        let mut elf = HashMap::new();
+        for (path, r) in opened {
+            if let Err(e) = &r {
+                unopened.push(e.clone());
+            }
+            elf.insert(path, r.ok());
+        }
         let mut perf_maps = HashMap::new();
         for (m, _) in modules.iter().zip(used).filter(|(_, u)| **u) {
             if let ModuleKind::Anon { pid } = m.kind
                 && jit.perf_map(pid).is_none()
             {
-                perf_maps.entry(pid).or_insert_with(|| PerfMap::load(pid));
+                perf_maps
+                    .entry(pid)
+                    .or_insert_with(|| PerfMap::load(pid).and_then(Result::ok));
             }
         }
         let vdso = modules
@@ -111,6 +121,7 @@ impl<'a> Symbolizers<'a> {
             modules,
             elf,
             vdso,
+            unopened,
             perf_maps,
             jit,
             kallsyms,
@@ -118,6 +129,28 @@ impl<'a> Symbolizers<'a> {
         };
         s.placed = modules.iter().map(|m| s.place(m)).collect();
         s
+    }
+
+    /// The report's notes on the objects that could not be read, or not all of them: their code, or the part
+    /// a broken table covers, is named `module+0x…` (without inlined frames and lines when the DWARF is lost).
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes: Vec<String> = self
+            .unopened
+            .iter()
+            .map(|e| format!("no names for the code of an object, shown as module+0x…: {e}"))
+            .collect();
+        let mut paths: Vec<&String> = self.elf.keys().collect();
+        paths.sort();
+        for p in paths {
+            if let Some(Some(elf)) = self.elf.get(p) {
+                notes.extend(
+                    elf.problems()
+                        .into_iter()
+                        .map(|e| format!("names in {p} may be incomplete: {e}")),
+                );
+            }
+        }
+        notes
     }
 
     /// The perf map of `pid`, if it has one.

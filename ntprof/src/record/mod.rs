@@ -155,7 +155,7 @@ fn finish_report(
 ) -> Report {
     let bucket = run.bucket_log2;
     run.events = session.events.clone();
-    let (processes, sources, spent) = collect::build(
+    let (processes, sources, spent, object_notes) = collect::build(
         &session.tracker,
         &session.infos,
         kallsyms,
@@ -215,6 +215,7 @@ fn finish_report(
         .off_cpu
         .as_ref()
         .and_then(|w| crate::offcpu::report::build(t, w, &processes));
+    run.notes.extend(object_notes);
     run.jit = t.jit.reports.clone();
     run.notes
         .extend(crate::tree::jitdump::JitState::notes(&run.jit));

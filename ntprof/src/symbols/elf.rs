@@ -12,14 +12,15 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use addr2line::Loader;
 use object::read::elf::SectionHeader;
 use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol, ReadCache, ReadRef, SymbolKind};
 
+use super::dwarf::{self, Context};
 use super::fde::FdeIndex;
 use super::plt;
 use super::table::{Binding, Candidate, Symbol, SymbolTable};
 use super::{DEBUG_ROOT, Mapping, Resolved, demangle, load_bias};
+use crate::files::{self, Budgeted, Owners};
 use crate::report::Frame;
 
 /// `STT_FUNC`, `STT_GNU_IFUNC`; `STB_LOCAL`, `STB_WEAK` (`STB_GLOBAL` and `STB_GNU_UNIQUE` are global).
@@ -78,10 +79,18 @@ fn text_symbols<'data, R: ReadRef<'data>>(file: &object::File<'data, R>, out: &m
             u16::from_be_bytes(v)
         }
     };
+    // An object has at most one table of each kind: the first of each is read, whatever further headers
+    // claim (thousands of them spanning the file would read it thousands of times).
+    let mut seen = [false; 2];
     for section in elf.sections() {
         let header = section.elf_section_header();
         let kind = header.sh_type(endian);
-        if kind != object::elf::SHT_SYMTAB && kind != object::elf::SHT_DYNSYM {
+        let slot = match kind {
+            object::elf::SHT_SYMTAB => 0,
+            object::elf::SHT_DYNSYM => 1,
+            _ => continue,
+        };
+        if std::mem::replace(&mut seen[slot], true) {
             continue;
         }
         let link = header.sh_link(endian) as usize;
@@ -206,7 +215,9 @@ pub fn debug_file_candidates(
 #[derive(Default)]
 struct Lazy {
     /// The DWARF: `None` until first needed, then `Some(None)` when it cannot be opened.
-    dwarf: Option<Option<Loader>>,
+    dwarf: Option<Option<Context>>,
+    /// Why the DWARF is not used, when it exists and is not.
+    dwarf_problem: Option<String>,
     /// Demangled names, by symbol index.
     names: HashMap<usize, String>,
     /// Resolved addresses.
@@ -226,7 +237,11 @@ pub struct ElfSymbolizer {
     symbols: SymbolTable,
     /// The file whose DWARF describes this object (itself or its separate debug file), opened lazily.
     dwarf_file: Option<PathBuf>,
+    /// Whose file the DWARF file may be (a debug file: root's, ntprof's user's or the object's owner's).
+    dwarf_owners: Owners,
     debug_file: Option<PathBuf>,
+    /// What could not be read, for the report's notes.
+    problems: Vec<String>,
     lazy: Mutex<Lazy>,
 }
 
@@ -244,9 +259,15 @@ impl ElfSymbolizer {
     /// Read the program headers and symbol tables of `path` and find its DWARF (its own, or a separate debug
     /// file found by build-id or `.gnu_debuglink`), to be opened when an address first needs it.
     pub fn open(path: &Path) -> Result<ElfSymbolizer, String> {
-        let handle = std::fs::File::open(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let cache = ReadCache::new(handle);
+        let (handle, len) =
+            files::open(path, &Owners::Any).map_err(|e| format!("{}: {e}", path.display()))?;
+        let owner = std::os::unix::fs::MetadataExt::uid(
+            &handle
+                .metadata()
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
+        );
+        let mut problems = Vec::new();
+        let cache = ReadCache::new(Budgeted::new(handle, len));
         let file = object::File::parse(&cache)
             .map_err(|e| format!("cannot parse {}: {e}", path.display()))?;
         let segments = file
@@ -263,6 +284,7 @@ impl ElfSymbolizer {
             (s, Binding::Local, end)
         }));
         let (mut dwarf_file, mut debug_file) = (None, None);
+        let debug_owners = Owners::Of(vec![owner]);
         if has_dwarf(&file) {
             dwarf_file = Some(path.to_path_buf());
         } else {
@@ -273,13 +295,21 @@ impl ElfSymbolizer {
                 .map(|(name, _crc)| name.to_vec());
             for candidate in debug_file_candidates(path, build_id_bytes.as_deref(), link.as_deref())
             {
-                if candidate == path || !candidate.is_file() {
+                if candidate == path || std::fs::metadata(&candidate).is_err() {
                     continue;
                 }
-                let Ok(handle) = std::fs::File::open(&candidate) else {
-                    continue;
+                let (handle, dlen) = match files::open(&candidate, &debug_owners) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        problems.push(format!(
+                            "the debug file {} of {} is not used: {e}",
+                            candidate.display(),
+                            path.display()
+                        ));
+                        continue;
+                    }
                 };
-                let dcache = ReadCache::new(handle);
+                let dcache = ReadCache::new(Budgeted::new(handle, dlen));
                 let Ok(dfile) = object::File::parse(&dcache) else {
                     continue;
                 };
@@ -298,13 +328,27 @@ impl ElfSymbolizer {
                 }
             }
         }
+        let dwarf_owners = if debug_file.is_some() {
+            debug_owners
+        } else {
+            Owners::Any
+        };
+        drop(file);
+        if cache.into_inner().exhausted {
+            problems.push(format!(
+                "{}: its headers make it read more than twice its size; the tables past that are not read",
+                path.display()
+            ));
+        }
         Ok(ElfSymbolizer {
             path: path.to_path_buf(),
             segments,
             build_id,
             symbols: SymbolTable::ranked_in_sections(symbols),
             dwarf_file,
+            dwarf_owners,
             debug_file,
+            problems,
             lazy: Mutex::new(Lazy::default()),
         })
     }
@@ -328,7 +372,9 @@ impl ElfSymbolizer {
             build_id: file.build_id().ok().flatten().map(hex),
             symbols: SymbolTable::ranked_in_sections(symbols),
             dwarf_file: None,
+            dwarf_owners: Owners::Any,
             debug_file: None,
+            problems: Vec::new(),
             lazy: Mutex::new(lazy),
         })
     }
@@ -394,7 +440,7 @@ impl ElfSymbolizer {
             .and_then(|i| self.demangled(&mut lazy, i));
         let mut frames = Vec::new();
         if let Some(dwarf) = self.dwarf(&mut lazy) {
-            if let Ok(mut iter) = dwarf.find_frames(addr) {
+            if let Ok(mut iter) = dwarf.find_frames(addr).skip_all_loads() {
                 while let Ok(Some(frame)) = iter.next() {
                     let function = frame
                         .function
@@ -443,10 +489,29 @@ impl ElfSymbolizer {
         r
     }
 
-    fn dwarf<'a>(&self, lazy: &'a mut Lazy) -> Option<&'a Loader> {
-        lazy.dwarf
-            .get_or_insert_with(|| self.dwarf_file.as_ref().and_then(|p| Loader::new(p).ok()))
-            .as_ref()
+    fn dwarf<'a>(&self, lazy: &'a mut Lazy) -> Option<&'a Context> {
+        if lazy.dwarf.is_none() {
+            let loaded = self.dwarf_file.as_ref().map(|p| {
+                dwarf::load(p, &self.dwarf_owners).map_err(|e| format!("{}: {e}", p.display()))
+            });
+            lazy.dwarf = Some(match loaded {
+                Some(Ok(d)) => Some(d),
+                Some(Err(e)) => {
+                    lazy.dwarf_problem = Some(e);
+                    None
+                }
+                None => None,
+            });
+        }
+        lazy.dwarf.as_ref().and_then(Option::as_ref)
+    }
+
+    /// What could not be read of this object and its debug file, for the report's notes (the DWARF's
+    /// problem once an address needed it).
+    pub fn problems(&self) -> Vec<String> {
+        let mut all = self.problems.clone();
+        all.extend(self.lock().dwarf_problem.clone());
+        all
     }
 
     /// The file and line of `addr` (the innermost frame's location).

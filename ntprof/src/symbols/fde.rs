@@ -22,10 +22,10 @@ pub struct FdeIndex {
 impl FdeIndex {
     /// The FDE ranges of the ELF file at `path` (empty when it cannot be read or has no `.eh_frame`).
     pub fn read(path: &Path) -> FdeIndex {
-        let Ok(handle) = std::fs::File::open(path) else {
+        let Ok((handle, len)) = crate::files::open(path, &crate::files::Owners::Any) else {
             return FdeIndex::default();
         };
-        let cache = ReadCache::new(handle);
+        let cache = ReadCache::new(crate::files::Budgeted::new(handle, len));
         match object::File::parse(&cache) {
             Ok(file) => FdeIndex::of_file(&file),
             Err(_) => FdeIndex::default(),

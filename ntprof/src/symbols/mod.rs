@@ -35,8 +35,11 @@ use std::path::Path;
 
 use crate::report::Frame;
 
+pub mod dwarf;
 pub mod elf;
 pub mod fde;
+#[cfg(test)]
+mod hostile;
 pub mod kernel;
 pub mod plt;
 pub mod table;

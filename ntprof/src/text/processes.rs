@@ -3,7 +3,7 @@
 //! from the processes that ran the same command. Every process with samples (or with a descendant that has some)
 //! is listed, however many there are; processes without a sample are summed up in one line.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use super::{head, pct};
@@ -21,11 +21,16 @@ pub fn render(out: &mut String, report: &Report) {
         return;
     }
     let first = report.sources.first();
-    let samples = |id: u32| {
-        first
-            .and_then(|s| s.processes.iter().find(|p| p.process == id))
-            .map_or((0, 0.0), |p| (p.counted + p.outside, p.share))
-    };
+    // Samples by process id, looked up once each (not a search of the source's list per process).
+    let by_id: HashMap<u32, (u64, f64)> = first
+        .map(|s| {
+            s.processes
+                .iter()
+                .map(|p| (p.process, (p.counted + p.outside, p.share)))
+                .collect()
+        })
+        .unwrap_or_default();
+    let samples = |id: u32| by_id.get(&id).copied().unwrap_or((0, 0.0));
     let _ = writeln!(
         out,
         "\n  {} process{}{}:",
@@ -106,12 +111,14 @@ fn without_samples(report: &Report) -> Vec<bool> {
 
 /// The commands of the folded processes, the most frequent first: `sh ×20, pyenv ×18, env`.
 fn folded_names<'a>(procs: impl Iterator<Item = &'a ProcessReport>) -> String {
+    let mut order: HashMap<&str, usize> = HashMap::new();
     let mut counts: Vec<(&str, usize)> = Vec::new();
     for p in procs {
-        match counts.iter_mut().find(|(c, _)| *c == p.command) {
-            Some((_, n)) => *n += 1,
-            None => counts.push((&p.command, 1)),
-        }
+        let i = *order.entry(p.command.as_str()).or_insert_with(|| {
+            counts.push((&p.command, 0));
+            counts.len() - 1
+        });
+        counts[i].1 += 1;
     }
     counts.sort_by_key(|c| std::cmp::Reverse(c.1));
     let mut names: Vec<String> = counts
@@ -135,12 +142,12 @@ fn folded_names<'a>(procs: impl Iterator<Item = &'a ProcessReport>) -> String {
 /// other processes that ran the same command (see [`distinct`]), or, when nothing does, the whole line; cut
 /// in the middle to [`LINE_WIDTH`]. `None` when its line is unknown.
 pub fn distinct_lines(procs: &[ProcessReport]) -> Vec<Option<String>> {
-    let mut peers: HashMap<&str, Vec<&[String]>> = HashMap::new();
+    let mut peers: HashMap<&str, Peers> = HashMap::new();
     for p in procs.iter().filter(|p| !p.command_line.is_empty()) {
         peers
             .entry(p.command.as_str())
             .or_default()
-            .push(&p.command_line);
+            .add(&p.command_line);
     }
     procs
         .iter()
@@ -155,23 +162,44 @@ pub fn distinct_lines(procs: &[ProcessReport]) -> Vec<Option<String>> {
         .collect()
 }
 
+/// The lines of the processes that ran one command: how many there are, and on how many lines each argument
+/// is (counted once per line), so that telling one line apart costs its own length, not the group's.
+#[derive(Default)]
+struct Peers<'a> {
+    lines: usize,
+    has: HashMap<&'a str, usize>,
+}
+
+impl<'a> Peers<'a> {
+    fn add(&mut self, line: &'a [String]) {
+        self.lines += 1;
+        let mut seen = HashSet::new();
+        for arg in line {
+            if seen.insert(arg.as_str()) {
+                *self.has.entry(arg).or_default() += 1;
+            }
+        }
+    }
+}
+
 /// The arguments of `line` that most of its `peers` (the lines of the processes that ran the same command,
 /// `line` among them) do not have, in order and each value once, with the option before each when it is a shared option taking
 /// that value (`-o x.o`), the program's file name first, and `…` for each run of arguments left out. `None`
 /// when no argument tells it apart (a single process, or peers with the same line).
-fn distinct(line: &[String], peers: &[&[String]]) -> Option<String> {
-    if peers.len() < 2 {
+fn distinct(line: &[String], peers: &Peers<'_>) -> Option<String> {
+    if peers.lines < 2 {
         return None;
     }
     // Shared: on the lines of more than half the peers.
-    let shared = |arg: &String| peers.iter().filter(|l| l.contains(arg)).count() * 2 > peers.len();
+    let shared = |arg: &String| peers.has.get(arg.as_str()).copied().unwrap_or(0) * 2 > peers.lines;
     let mut keep: Vec<bool> = line.iter().map(|a| !shared(a)).collect();
     if !keep.iter().skip(1).any(|&k| k) {
         return None;
     }
     // A value shown once is not shown again (`cc1 … x.c … -dumpbase x.c`).
+    let mut shown = HashSet::new();
     for i in 1..line.len() {
-        if keep[i] && (1..i).any(|j| keep[j] && line[j] == line[i]) {
+        if keep[i] && !shown.insert(line[i].as_str()) {
             keep[i] = false;
         }
     }
@@ -248,6 +276,7 @@ fn depth(report: &Report, id: u32) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::report::ProcessSamples;
 
     fn v(s: &str) -> Vec<String> {
         s.split(' ').map(String::from).collect()
@@ -415,5 +444,50 @@ mod tests {
         );
         assert_eq!(middle("abcdef", 6), "abcdef");
         assert_eq!(middle("abcdefgh", 5), "ab…gh");
+    }
+
+    /// The summary of a fork storm: `n` processes of one command, each with its own argument and a sample.
+    fn storm(n: u32) -> Report {
+        let mut report = crate::text::tests::sample_report();
+        let one = report.sources[0].processes[0].clone();
+        report.processes = (0..n)
+            .map(|i| process(i, "worker", &format!("worker --job {i} --queue main -v")))
+            .collect();
+        report.sources[0].processes = (0..n)
+            .map(|i| ProcessSamples {
+                process: i,
+                pid: 100 + i,
+                ..one.clone()
+            })
+            .collect();
+        report
+    }
+
+    /// The fastest of three renderings of `report`.
+    fn fastest(report: &Report) -> std::time::Duration {
+        (0..3)
+            .map(|_| {
+                let t = std::time::Instant::now();
+                let mut out = String::new();
+                render(&mut out, report, 10);
+                assert!(out.contains("worker --job"), "{out}");
+                t.elapsed()
+            })
+            .min()
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn the_summary_of_many_processes_costs_about_their_number() {
+        // Four times the processes: about four times the time when the cost is linear, 16 when it is
+        // quadratic. Both sizes are past the processor's caches (with smaller ones the ratio of a linear cost
+        // swings with cache effects); the bound leaves room for a loaded machine.
+        let small = fastest(&storm(6000));
+        let large = fastest(&storm(24000));
+        let ratio = large.as_secs_f64() / small.as_secs_f64().max(1e-6);
+        assert!(
+            ratio < 10.0,
+            "6000 processes: {small:?}, 24000: {large:?} (ratio {ratio:.1})"
+        );
     }
 }

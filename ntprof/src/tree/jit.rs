@@ -8,6 +8,10 @@
 //! ([`super::jitdump`]).
 
 use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+
+use crate::files::{self, Owners};
 
 /// The name given to anonymous executable memory without a perf map entry.
 pub const ANON_MODULE: &str = "[anon]";
@@ -35,44 +39,70 @@ pub struct PerfMap {
 }
 
 impl PerfMap {
-    /// Read the perf map of `pid`; `None` when it has none.
-    pub fn load(pid: u32) -> Option<PerfMap> {
-        let text = std::fs::read(map_path(pid)).ok()?;
-        Some(PerfMap::parse(&String::from_utf8_lossy(&text)))
+    /// Read the perf map of `pid`: `None` when it has none, an error when it is not used (not a regular file,
+    /// not owned by root, ntprof's user or the process's user, unreadable). At most
+    /// [`files::PERF_MAP_CAP`] bytes are read, line by line, each line cut to [`files::PERF_MAP_LINE`] bytes.
+    pub fn load(pid: u32) -> Option<Result<PerfMap, String>> {
+        let path = map_path(pid);
+        if std::fs::symlink_metadata(&path).is_err() {
+            return None;
+        }
+        let read = || {
+            let (file, _) = files::open(Path::new(&path), &Owners::of_process(pid))?;
+            let mut reader = std::io::BufReader::new(file.take(files::PERF_MAP_CAP));
+            let mut map = PerfMap::default();
+            files::for_each_line(&mut reader, files::PERF_MAP_LINE, |line| {
+                map.line(&String::from_utf8_lossy(line));
+            })
+            .map_err(|e| format!("cannot read it: {e}"))?;
+            map.finish();
+            Ok(map)
+        };
+        Some(read())
     }
 
     /// Parse a perf map's text; malformed lines are skipped.
+    #[allow(dead_code)] // The tests and the fuzz target parse text; a run reads the file line by line.
     pub fn parse(text: &str) -> PerfMap {
         let mut map = PerfMap::default();
+        for line in text.lines() {
+            map.line(line);
+        }
+        map.finish();
+        map
+    }
+
+    /// Add one line (a malformed one is skipped).
+    fn line(&mut self, line: &str) {
         let hex = |s: &str| {
             let s = s.trim();
             u64::from_str_radix(s.strip_prefix("0x").unwrap_or(s), 16).ok()
         };
-        for line in text.lines() {
-            let mut parts = line.trim_start().splitn(3, ' ');
-            let (Some(start), Some(size), Some(name)) = (
-                parts.next().and_then(hex),
-                parts.next().and_then(hex),
-                parts.next(),
-            ) else {
-                continue;
-            };
-            if size == 0 {
-                continue;
-            }
-            let name = name.trim();
-            map.insert(start, start.saturating_add(size), name);
+        let mut parts = line.trim_start().splitn(3, ' ');
+        let (Some(start), Some(size), Some(name)) = (
+            parts.next().and_then(hex),
+            parts.next().and_then(hex),
+            parts.next(),
+        ) else {
+            return;
+        };
+        if size == 0 {
+            return;
         }
-        map.mixed.sort_unstable();
-        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(map.mixed.len());
-        for &(s, e) in &map.mixed {
+        self.insert(start, start.saturating_add(size), name.trim());
+    }
+
+    /// After the last line: merge the ranges where lines overlap.
+    fn finish(&mut self) {
+        self.mixed.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::with_capacity(self.mixed.len());
+        for &(s, e) in &self.mixed {
             match merged.last_mut() {
                 Some(last) if s <= last.1 => last.1 = last.1.max(e),
                 _ => merged.push((s, e)),
             }
         }
-        map.mixed = merged;
-        map
+        self.mixed = merged;
     }
 
     /// Lines read (those naming code).

@@ -75,9 +75,9 @@ fn range<'data, R: ReadRef<'data>>(
 impl UnwindSections {
     /// Read the unwind sections of the ELF file at `path`.
     pub fn read(path: &Path) -> Result<UnwindSections, String> {
-        let handle = std::fs::File::open(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let cache = ReadCache::new(handle);
+        let (handle, len) = crate::files::open(path, &crate::files::Owners::Any)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        let cache = ReadCache::new(crate::files::Budgeted::new(handle, len));
         let file = object::File::parse(&cache)
             .map_err(|e| format!("cannot parse {}: {e}", path.display()))?;
         let mut out = UnwindSections {
@@ -103,10 +103,12 @@ impl UnwindSections {
                 let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
                 let link = file.gnu_debuglink().ok().flatten().map(|(n, _)| n.to_vec());
                 for candidate in debug_file_candidates(path, build_id.as_deref(), link.as_deref()) {
-                    let Ok(handle) = std::fs::File::open(&candidate) else {
+                    let Ok((handle, dlen)) =
+                        crate::files::open(&candidate, &crate::files::Owners::Any)
+                    else {
                         continue;
                     };
-                    let dcache = ReadCache::new(handle);
+                    let dcache = ReadCache::new(crate::files::Budgeted::new(handle, dlen));
                     let Ok(dfile) = object::File::parse(&dcache) else {
                         continue;
                     };

@@ -10,24 +10,22 @@
 //! sampler's clock, unless the `JITDUMP_FLAGS_ARCH_TIMESTAMP` flag says they are the processor's time stamp
 //! counter.
 
-use std::collections::HashMap;
-
 /// The header's magic number, "JiTD".
 pub const MAGIC: u32 = 0x4A69_5444;
 /// The size of the header this reader needs (version 1).
-const HEADER_SIZE: usize = 40;
+pub(super) const HEADER_SIZE: usize = 40;
 /// The size of a record's prefix: id, total size, timestamp.
-const PREFIX: usize = 16;
+pub(super) const PREFIX: usize = 16;
 /// Header flag: timestamps are the processor's time stamp counter, not `CLOCK_MONOTONIC`.
 pub const FLAG_ARCH_TIMESTAMP: u64 = 1;
 /// V8 writes its line addresses this far past the code (the size of the ELF header `perf inject` puts before
 /// the code in the files it makes).
 const V8_LINE_SHIFT: u64 = 0x40;
 
-const CODE_LOAD: u32 = 0;
-const CODE_MOVE: u32 = 1;
-const CODE_DEBUG_INFO: u32 = 2;
-const CODE_CLOSE: u32 = 3;
+pub(super) const CODE_LOAD: u32 = 0;
+pub(super) const CODE_MOVE: u32 = 1;
+pub(super) const CODE_DEBUG_INFO: u32 = 2;
+pub(super) const CODE_CLOSE: u32 = 3;
 
 /// One change of the code in memory.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -86,18 +84,28 @@ pub struct JitDump {
     pub loads: u64,
     /// Code moves.
     pub moves: u64,
-    /// Where the records end early: the offset of an incomplete last record (the writer had not finished it).
+    /// Where the records end early: the offset of a last record the file ends inside (the writer had not
+    /// finished it, or its size is wrong).
     pub cut_at: Option<usize>,
+    /// Records whose contents do not fit their size, stepped over (the records after them are read).
+    pub skipped: u64,
+    /// The offset of the first of them.
+    pub first_skipped: Option<usize>,
+    /// A record whose size is smaller than its own prefix, at this offset with this size: the records after
+    /// it cannot be found.
+    pub lost_at: Option<(usize, u32)>,
+    /// The file's size when it is larger than the part read ([`crate::files::JITDUMP_CAP`]).
+    pub capped: Option<u64>,
 }
 
 /// Reads fields in the file's byte order.
-struct Fields<'a> {
-    data: &'a [u8],
-    big: bool,
+pub(super) struct Fields<'a> {
+    pub(super) data: &'a [u8],
+    pub(super) big: bool,
 }
 
 impl Fields<'_> {
-    fn u32(&self, at: usize) -> Option<u32> {
+    pub(super) fn u32(&self, at: usize) -> Option<u32> {
         let b: [u8; 4] = self.data.get(at..at.checked_add(4)?)?.try_into().ok()?;
         Some(if self.big {
             u32::from_be_bytes(b)
@@ -106,7 +114,7 @@ impl Fields<'_> {
         })
     }
 
-    fn u64(&self, at: usize) -> Option<u64> {
+    pub(super) fn u64(&self, at: usize) -> Option<u64> {
         let b: [u8; 8] = self.data.get(at..at.checked_add(8)?)?.try_into().ok()?;
         Some(if self.big {
             u64::from_be_bytes(b)
@@ -115,9 +123,9 @@ impl Fields<'_> {
         })
     }
 
-    /// The NUL-terminated string at `at`, within `end`, and the offset after its NUL.
-    fn cstr(&self, at: usize, end: usize) -> Option<(String, usize)> {
-        let bytes = self.data.get(at..end)?;
+    /// The NUL-terminated string at `at` and the offset after its NUL.
+    pub(super) fn cstr(&self, at: usize) -> Option<(String, usize)> {
+        let bytes = self.data.get(at..)?;
         let len = bytes.iter().position(|&b| b == 0)?;
         Some((
             String::from_utf8_lossy(&bytes[..len]).into_owned(),
@@ -127,187 +135,43 @@ impl Fields<'_> {
 }
 
 impl JitDump {
-    /// Parse a jitdump file's bytes. A record cut short at the end (a writer still running) ends the records
-    /// and is reported in [`JitDump::cut_at`]; a malformed record inside the file ends them too.
-    pub fn parse(data: &[u8]) -> Result<JitDump, String> {
-        let magic = data
-            .get(..4)
-            .ok_or_else(|| format!("too short for a jitdump header ({} bytes)", data.len()))?;
-        let big = match (
-            u32::from_le_bytes(magic.try_into().unwrap_or_default()),
-            u32::from_be_bytes(magic.try_into().unwrap_or_default()),
-        ) {
-            (MAGIC, _) => false,
-            (_, MAGIC) => true,
-            (m, _) => return Err(format!("not a jitdump file (magic {m:#010x})")),
-        };
-        let f = Fields { data, big };
-        if data.len() < HEADER_SIZE {
-            return Err(format!(
-                "the jitdump header is cut short ({} of {HEADER_SIZE} bytes)",
-                data.len()
+    /// What the report says of a file read in part: records stepped over, records lost, a cut end.
+    pub fn problem(&self) -> Option<String> {
+        let mut said = Vec::new();
+        if self.skipped > 0 {
+            said.push(format!(
+                "{} corrupt record{} (the first at byte {}) stepped over, the records after {} read",
+                self.skipped,
+                if self.skipped == 1 { "" } else { "s" },
+                self.first_skipped.unwrap_or(0),
+                if self.skipped == 1 { "it" } else { "them" },
             ));
         }
-        let header_size = f.u32(8).unwrap_or(0) as usize;
-        if !(HEADER_SIZE..=data.len()).contains(&header_size) {
-            return Err(format!(
-                "the jitdump header gives its size as {header_size} bytes (the file has {})",
-                data.len()
+        if let Some((at, size)) = self.lost_at {
+            said.push(format!(
+                "a corrupt record at byte {at} gives its size as {size} bytes, less than its own header: the \
+                 records after it cannot be found and are not read"
             ));
         }
-        // Version (4), ELF machine (12), pad (16), pid (20) and the header's timestamp (24) are not needed.
-        let mut dump = JitDump {
-            arch_timestamps: f.u64(32).unwrap_or(0) & FLAG_ARCH_TIMESTAMP != 0,
-            ..JitDump::default()
-        };
-        let mut names: HashMap<String, u32> = HashMap::new();
-        let mut files: HashMap<String, u32> = HashMap::new();
-        // Line tables wait for the next load at their address.
-        let mut pending: HashMap<u64, u32> = HashMap::new();
-        let mut at = header_size;
-        while at < data.len() {
-            let (Some(id), Some(size), Some(time)) = (f.u32(at), f.u32(at + 4), f.u64(at + 8))
-            else {
-                dump.cut_at = Some(at);
-                break;
-            };
-            let size = size as usize;
-            let Some(end) = at
-                .checked_add(size)
-                .filter(|&e| size >= PREFIX && e <= data.len())
-            else {
-                dump.cut_at = Some(at);
-                break;
-            };
-            let body = at + PREFIX;
-            let ok = match id {
-                CODE_LOAD => dump.load(&f, body, end, time, &mut names, &mut pending),
-                CODE_MOVE => dump.move_record(&f, body, time),
-                CODE_DEBUG_INFO => dump.debug_info(&f, body, end, &mut files, &mut pending),
-                CODE_CLOSE => break,
-                _ => Some(()),
-            };
-            if ok.is_none() {
-                dump.cut_at = Some(at);
-                break;
-            }
-            at = end;
-        }
-        dump.changes.sort_by_key(|&(t, _)| t);
-        dump.line_shift = dump.guess_line_shift();
-        Ok(dump)
-    }
-
-    fn load(
-        &mut self,
-        f: &Fields<'_>,
-        body: usize,
-        end: usize,
-        time: u64,
-        names: &mut HashMap<String, u32>,
-        pending: &mut HashMap<u64, u32>,
-    ) -> Option<()> {
-        // pid, tid, vma, code_addr, code_size, code_index, then the name and the code bytes.
-        let addr = f.u64(body + 16)?;
-        let size = f.u64(body + 24)?;
-        let index = f.u64(body + 32)?;
-        let (name, _) = f.cstr(body + 40, end)?;
-        let next = self.names.len() as u32;
-        let name = *names.entry(name).or_insert_with_key(|n| {
-            self.names.push(n.clone());
-            next
-        });
-        self.loads += 1;
-        let lines = pending.remove(&addr);
-        if size > 0 {
-            self.changes.push((
-                time,
-                Change::Load {
-                    addr,
-                    size,
-                    index,
-                    name,
-                    lines,
-                },
+        if let Some(at) = self.cut_at {
+            said.push(format!(
+                "its last record, at byte {at}, runs past the end of the file (the runtime had not finished \
+                 writing it, or its size is corrupt)"
             ));
         }
-        Some(())
-    }
-
-    fn move_record(&mut self, f: &Fields<'_>, body: usize, time: u64) -> Option<()> {
-        // pid, tid, vma, old_code_addr, new_code_addr, code_size, code_index.
-        let old = f.u64(body + 16)?;
-        let new = f.u64(body + 24)?;
-        let size = f.u64(body + 32)?;
-        let index = f.u64(body + 40)?;
-        self.moves += 1;
-        self.changes.push((
-            time,
-            Change::Move {
-                old,
-                new,
-                size,
-                index,
-            },
-        ));
-        Some(())
-    }
-
-    fn debug_info(
-        &mut self,
-        f: &Fields<'_>,
-        body: usize,
-        end: usize,
-        files: &mut HashMap<String, u32>,
-        pending: &mut HashMap<u64, u32>,
-    ) -> Option<()> {
-        // code_addr, nr_entry, then entries: addr, line, discriminator, file name (0xFF 0x00: the previous).
-        let code_addr = f.u64(body)?;
-        let count = f.u64(body + 8)?;
-        let mut at = body + 16;
-        let mut table = LineTable {
-            code_addr,
-            entries: Vec::new(),
-        };
-        let mut previous: Option<u32> = None;
-        for _ in 0..count {
-            let addr = f.u64(at)?;
-            let line = f.u32(at + 8)?;
-            at += 16;
-            let file = if f.data.get(at..at + 2) == Some(&[0xff, 0][..]) {
-                at += 2;
-                previous?
-            } else {
-                let (name, next) = f.cstr(at, end)?;
-                at = next;
-                // Some V8 versions write the bytes of a string object rather than its text for some script
-                // names: a name that is not text is no file.
-                let name = if name
-                    .contains(|c: char| c.is_control() || c == char::REPLACEMENT_CHARACTER)
-                {
-                    String::new()
-                } else {
-                    name
-                };
-                let n = self.files.len() as u32;
-                *files.entry(name).or_insert_with_key(|k| {
-                    self.files.push(k.clone());
-                    n
-                })
-            };
-            previous = Some(file);
-            table.entries.push((addr, line, file));
+        if let Some(len) = self.capped {
+            said.push(format!(
+                "only its first {} MiB of {len} bytes are read",
+                crate::files::JITDUMP_CAP >> 20
+            ));
         }
-        table.entries.sort_by_key(|e| e.0);
-        pending.insert(code_addr, self.lines.len() as u32);
-        self.lines.push(table);
-        Some(())
+        (!said.is_empty()).then(|| said.join("; "))
     }
 
     /// V8 writes line addresses 64 bytes past the code they describe: a dump none of whose line entries lies
     /// within the first 64 bytes of its code is taken to do so. Other writers (the JVM agent) give the code's
     /// own addresses, and their first entry is at or near the code's start.
-    fn guess_line_shift(&self) -> u64 {
+    pub(super) fn guess_line_shift(&self) -> u64 {
         let mut any = false;
         for (_, change) in &self.changes {
             if let Change::Load {

@@ -16,10 +16,13 @@
 //! from the perf map file if there is one.
 
 pub mod format;
+mod reader;
 pub mod replay;
 mod state;
 
 pub use state::JitState;
 
+#[cfg(test)]
+mod hostile;
 #[cfg(test)]
 mod tests;

@@ -21,55 +21,72 @@ pub struct Placement {
     pub loaded_at: u64,
 }
 
-/// Non-overlapping ranges, start → (end, placement); a new range replaces what it overlaps.
+/// Non-overlapping ranges, start → (end, placement); a new range replaces what it overlaps. Each placement
+/// keeps the starts of its pieces (some stale: pieces other ranges since covered), so that removing it visits
+/// its own pieces only, not every range inside its bounds: a replay costs O(n log n) in its changes whatever
+/// their shape.
 #[derive(Debug, Default)]
-struct Ranges(BTreeMap<u64, (u64, u32)>);
+struct Ranges {
+    map: BTreeMap<u64, (u64, u32)>,
+    /// Per placement: the starts its pieces had when made.
+    pieces: Vec<Vec<u64>>,
+    /// Entries of the map visited (the cost of the replay, for its tests).
+    visited: u64,
+}
 
 impl Ranges {
+    fn piece(&mut self, id: u32, start: u64) {
+        let i = id as usize;
+        if self.pieces.len() <= i {
+            self.pieces.resize_with(i + 1, Vec::new);
+        }
+        self.pieces[i].push(start);
+    }
+
     /// Put `[start, end)` under `id`; whether it covered code already there.
     fn insert(&mut self, start: u64, end: u64, id: u32) -> bool {
         let mut covered = false;
-        if let Some((&s, &(e, n))) = self.0.range(..start).next_back()
+        if let Some((&s, &(e, n))) = self.map.range(..start).next_back()
             && e > start
         {
+            self.visited += 1;
             covered = true;
-            self.0.insert(s, (start, n));
+            self.map.insert(s, (start, n));
             if e > end {
-                self.0.insert(end, (e, n));
+                self.map.insert(end, (e, n));
+                self.piece(n, end);
             }
         }
-        let inside: Vec<u64> = self.0.range(start..end).map(|(&s, _)| s).collect();
-        for s in inside {
+        // Each range visited here is removed (or cut to after `end`, at most once): paid for by its insertion.
+        while let Some((&s, &(e, n))) = self.map.range(start..end).next() {
+            self.visited += 1;
             covered = true;
-            if let Some((e, n)) = self.0.remove(&s)
-                && e > end
-            {
-                self.0.insert(end, (e, n));
+            self.map.remove(&s);
+            if e > end {
+                self.map.insert(end, (e, n));
+                self.piece(n, end);
             }
         }
-        self.0.insert(start, (end, id));
+        self.map.insert(start, (end, id));
+        self.piece(id, start);
         covered
     }
 
-    /// Remove the parts of `[start, end)` still held by `id`.
-    fn remove(&mut self, start: u64, end: u64, id: u32) {
-        let from = match self.0.range(..start).next_back() {
-            Some((&s, &(e, _))) if e > start => s,
-            _ => start,
+    /// Remove the pieces still held by `id`.
+    fn remove(&mut self, id: u32) {
+        let Some(starts) = self.pieces.get_mut(id as usize).map(std::mem::take) else {
+            return;
         };
-        let held: Vec<u64> = self
-            .0
-            .range(from..end)
-            .filter(|(_, v)| v.1 == id)
-            .map(|(&s, _)| s)
-            .collect();
-        for s in held {
-            self.0.remove(&s);
+        for s in starts {
+            self.visited += 1;
+            if self.map.get(&s).is_some_and(|v| v.1 == id) {
+                self.map.remove(&s);
+            }
         }
     }
 
     fn get(&self, addr: u64) -> Option<(u64, u32)> {
-        let (&start, &(end, id)) = self.0.range(..=addr).next_back()?;
+        let (&start, &(end, id)) = self.map.range(..=addr).next_back()?;
         (addr < end).then_some((start, id))
     }
 }
@@ -140,8 +157,7 @@ impl<'a> Resolver<'a> {
                         .or_else(|| self.ranges.get(old).map(|(_, id)| id));
                     let Some(from) = from else { continue };
                     let p = self.placements[from as usize];
-                    self.ranges
-                        .remove(p.start, p.start.saturating_add(p.size), from);
+                    self.ranges.remove(from);
                     let size = if size > 0 { size } else { p.size };
                     self.place(
                         index,
@@ -166,6 +182,12 @@ impl<'a> Resolver<'a> {
         {
             self.reused += 1;
         }
+    }
+
+    /// Entries of the interval map visited so far (the replay's cost).
+    #[cfg(test)]
+    pub fn visited(&self) -> u64 {
+        self.ranges.visited
     }
 
     /// The placement holding `addr` now.

@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use super::format::{JitDump, is_dump_path};
 use super::replay::{Placement, Resolver};
+use crate::files::{self, Owners};
 use crate::report::JitReport;
 use crate::tree::hash::FastMap;
 use crate::tree::jit::{self, PerfMap};
@@ -37,6 +38,8 @@ pub struct Dump {
     pub path: String,
     /// When it was mapped (sampler clock).
     mapped_ns: u64,
+    /// Whose file it may be (learned when it was mapped, while the process ran).
+    owners: Owners,
     /// The file, read at the end of the run.
     parsed: Option<JitDump>,
     /// Where its code was, over the run (location offsets index it).
@@ -135,6 +138,11 @@ impl JitState {
                     n += &format!("; the file: {p}");
                 }
                 notes.push(n);
+            } else if let Some(p) = &r.problem {
+                notes.push(format!(
+                    "the perf map {} of pid {} is not used to name its JIT code: {p}",
+                    r.path, r.pid
+                ));
             } else if r.reused > 0 {
                 notes.push(format!(
                     "names may be mixed in the JIT code of pid {}: {} of the {} lines of {} name code over \
@@ -147,6 +155,20 @@ impl JitState {
         }
         notes
     }
+}
+
+/// Read the dump at `path`: a regular file owned as `owners` allow, at most [`files::JITDUMP_CAP`] bytes of
+/// it, record by record.
+pub(super) fn read_dump(path: &str, owners: &Owners) -> Result<JitDump, String> {
+    let (file, len) = files::open(std::path::Path::new(path), owners)?;
+    let mut dump = JitDump::read(
+        &mut std::io::BufReader::new(file),
+        len.min(files::JITDUMP_CAP),
+    )?;
+    if len > files::JITDUMP_CAP {
+        dump.capped = Some(len);
+    }
+    Ok(dump)
 }
 
 impl Tracker {
@@ -164,6 +186,7 @@ impl Tracker {
             pid,
             path: path.to_string(),
             mapped_ns: time,
+            owners: Owners::of_process(pid),
             ..Dump::default()
         });
     }
@@ -229,9 +252,7 @@ impl Tracker {
             mixed: 0,
             problem: None,
         };
-        let parsed = std::fs::read(&path)
-            .map_err(|e| format!("cannot read it: {e}"))
-            .and_then(|b| JitDump::parse(&b));
+        let parsed = read_dump(&path, &self.jit.dumps[d as usize].owners);
         let parsed = match parsed {
             Ok(p) if p.arch_timestamps => Err(format!(
                 "its times are the processor's time stamp counter (JITDUMP_FLAGS_ARCH_TIMESTAMP), which cannot \
@@ -250,11 +271,7 @@ impl Tracker {
             }
         };
         report.records = parsed.loads;
-        if let Some(at) = parsed.cut_at {
-            report.problem = Some(format!(
-                "its records end early, at byte {at} (the runtime had not finished writing them)"
-            ));
-        }
+        report.problem = parsed.problem();
         let kind = ModuleKind::JitDump { pid, dump: d };
         let mapped_ns = self.jit.dumps[d as usize].mapped_ns;
         let module = self
@@ -349,16 +366,25 @@ impl Tracker {
             _ => None,
         };
         let mut pids = BTreeSet::new();
+        let mut problems = Vec::new();
         for s in &self.sources {
             for &(_, stack) in s.counts.keys() {
                 pids.extend(self.stacks.frames(stack).iter().filter_map(pid_of));
             }
         }
         for &pid in &pids {
-            self.jit
-                .perf_maps
-                .entry(pid)
-                .or_insert_with(|| PerfMap::load(pid));
+            if self.jit.perf_maps.contains_key(&pid) {
+                continue;
+            }
+            let map = match PerfMap::load(pid) {
+                Some(Ok(map)) => Some(map),
+                Some(Err(problem)) => {
+                    problems.push((pid, problem));
+                    None
+                }
+                None => None,
+            };
+            self.jit.perf_maps.insert(pid, map);
         }
         // Samples in each perf map's code, and those where its lines overlap.
         let mut sums: HashMap<u32, (u64, u64)> = HashMap::new();
@@ -395,6 +421,19 @@ impl Tracker {
                     problem: None,
                 });
             }
+        }
+        for (pid, problem) in problems {
+            reports.push(JitReport {
+                pid,
+                kind: "perf map".into(),
+                path: jit::map_path(pid),
+                records: 0,
+                reused: 0,
+                samples: 0,
+                named_by_time: 0,
+                mixed: 0,
+                problem: Some(problem),
+            });
         }
         reports.sort_by(|a, b| (a.pid, &a.kind).cmp(&(b.pid, &b.kind)));
         self.jit.reports = reports;

@@ -7,14 +7,14 @@ use crate::tree::space::{ModuleKind, ProcMap};
 use crate::tree::{Filter, Tracker};
 
 /// Writes a jitdump file in either byte order.
-struct Writer {
+pub(super) struct Writer {
     big: bool,
-    out: Vec<u8>,
+    pub(super) out: Vec<u8>,
     index: u64,
 }
 
 impl Writer {
-    fn new(big: bool, flags: u64) -> Writer {
+    pub(super) fn new(big: bool, flags: u64) -> Writer {
         let mut w = Writer {
             big,
             out: Vec::new(),
@@ -31,7 +31,7 @@ impl Writer {
         w
     }
 
-    fn u32(&mut self, v: u32) {
+    pub(super) fn u32(&mut self, v: u32) {
         let b = if self.big {
             v.to_be_bytes()
         } else {
@@ -40,7 +40,7 @@ impl Writer {
         self.out.extend_from_slice(&b);
     }
 
-    fn u64(&mut self, v: u64) {
+    pub(super) fn u64(&mut self, v: u64) {
         let b = if self.big {
             v.to_be_bytes()
         } else {
@@ -50,7 +50,7 @@ impl Writer {
     }
 
     /// A record: its prefix, then `body` written by the closure, the size patched in after.
-    fn record(&mut self, id: u32, time: u64, body: impl FnOnce(&mut Writer)) {
+    pub(super) fn record(&mut self, id: u32, time: u64, body: impl FnOnce(&mut Writer)) {
         let at = self.out.len();
         self.u32(id);
         self.u32(0);
@@ -68,7 +68,7 @@ impl Writer {
         self.out[at + 4..at + 8].copy_from_slice(&b);
     }
 
-    fn load(&mut self, time: u64, addr: u64, size: u64, name: &str) -> u64 {
+    pub(super) fn load(&mut self, time: u64, addr: u64, size: u64, name: &str) -> u64 {
         let index = self.index;
         self.index += 1;
         self.record(0, time, |w| {
@@ -85,7 +85,7 @@ impl Writer {
         index
     }
 
-    fn move_code(&mut self, time: u64, index: u64, old: u64, new: u64, size: u64) {
+    pub(super) fn move_code(&mut self, time: u64, index: u64, old: u64, new: u64, size: u64) {
         self.record(1, time, |w| {
             w.u32(4242);
             w.u32(4243);
@@ -186,7 +186,8 @@ fn bad_files_are_refused_and_cut_ones_are_read_up_to_the_cut() {
     // A record whose size is smaller than its prefix cannot be stepped over.
     let mut broken = w.out.clone();
     broken[whole + 4..whole + 8].copy_from_slice(&8u32.to_le_bytes());
-    assert_eq!(JitDump::parse(&broken).unwrap().cut_at, Some(whole));
+    let d = JitDump::parse(&broken).unwrap();
+    assert_eq!((d.cut_at, d.lost_at), (None, Some((whole, 8))));
 }
 
 #[test]
