@@ -469,7 +469,7 @@ mod tests {
             .map(|_| {
                 let t = std::time::Instant::now();
                 let mut out = String::new();
-                render(&mut out, report, 10);
+                render(&mut out, report);
                 assert!(out.contains("worker --job"), "{out}");
                 t.elapsed()
             })
