@@ -319,10 +319,13 @@ fn fully_stripped_split_shows_module_offsets_and_module_shares() {
     within_3_sigma(exe, lib, 0.6, "split vs libsplit.so (stripped)");
     let f = s["functions"].as_array().unwrap();
     let in_exe: Vec<&Value> = f.iter().filter(|f| f["module"] == "split").collect();
+    // The PLT keeps its names when stripped (they come from the relocations): a rare sample in it, e.g. in the
+    // lazy binder's `.plt` entry at a first call, is named so.
     assert!(
-        in_exe
-            .iter()
-            .all(|f| f["name"].as_str().unwrap().starts_with("split+0x")),
+        in_exe.iter().all(|f| {
+            let name = f["name"].as_str().unwrap();
+            name.starts_with("split+0x") || name == ".plt" || name.ends_with("@plt")
+        }),
         "nothing names the stripped executable's code: {in_exe:?}"
     );
     // A shared library keeps its exported names in .dynsym: its samples are lib_hot's, but for the rare one
