@@ -558,10 +558,13 @@ fn csv_rows_add_up_to_the_runs_totals() {
     assert!((share - share_of(&run.json, "hot_a")).abs() < 1e-9);
 }
 
-/// Run `words` under a pseudo-terminal (`script`); its terminal output.
+/// Run `words` under a pseudo-terminal of its own (`script` makes one), with a terminal type of its own: the
+/// progress line is not drawn on a terminal that says it cannot move the cursor (`TERM=dumb`, as many CI runners
+/// set it) or names no type at all (`env -i`), whatever the terminal the tests run from. Its terminal output.
 fn under_pty(words: &[&str]) -> Option<Output> {
     let script = tool("script", on_path("script"), "apt-get install bsdutils")?;
     let mut cmd = Command::new(script);
+    cmd.env("TERM", "xterm-256color");
     cmd.args(["-qec", &sh_words(words), "/dev/null"]);
     Some(run_bounded(cmd, LIMIT))
 }

@@ -5,6 +5,7 @@
 //! Every run is bounded by the CPU time its program is told to use (about a second) and by a wall-clock
 //! timeout. Shares are shares of CPU time, which the timer samples, so they hold on a loaded machine.
 
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -318,10 +319,13 @@ fn fully_stripped_split_shows_module_offsets_and_module_shares() {
     within_3_sigma(exe, lib, 0.6, "split vs libsplit.so (stripped)");
     let f = s["functions"].as_array().unwrap();
     let in_exe: Vec<&Value> = f.iter().filter(|f| f["module"] == "split").collect();
+    // The PLT keeps its names when stripped (they come from the relocations): a rare sample in it, e.g. in the
+    // lazy binder's `.plt` entry at a first call, is named so.
     assert!(
-        in_exe
-            .iter()
-            .all(|f| f["name"].as_str().unwrap().starts_with("split+0x")),
+        in_exe.iter().all(|f| {
+            let name = f["name"].as_str().unwrap();
+            name.starts_with("split+0x") || name == ".plt" || name.ends_with("@plt")
+        }),
         "nothing names the stripped executable's code: {in_exe:?}"
     );
     // A shared library keeps its exported names in .dynsym: its samples are lib_hot's, but for the rare one
@@ -482,9 +486,11 @@ fn attach_reports_the_same_functions() {
     let _ = child.wait();
     let r = report(&out, 0);
     assert_eq!(r["run"]["ended_by"], "duration");
-    assert!(wall < Duration::from_secs(10), "{wall:?}");
+    // Ended by the 2 s duration, not by the target's 30 s of CPU time: bounds far from both, for a loaded
+    // machine (the report is made after the duration).
+    assert!(wall < Duration::from_secs(20), "{wall:?}");
     let d = r["run"]["duration_s"].as_f64().unwrap();
-    assert!((1.9..4.0).contains(&d), "duration {d}");
+    assert!((1.9..10.0).contains(&d), "duration {d}");
     let s = source(&r, "Timer");
     check_split(s, "attach: exe_hot vs lib_hot");
 }
@@ -554,7 +560,8 @@ fn attach_to_a_process_that_exits() {
     let _ = child.wait();
     let r = report(&out, 0);
     assert_eq!(r["run"]["ended_by"], "process-exited");
-    assert!(t0.elapsed() < Duration::from_secs(15));
+    // Ended by the target's exit, not by the 20 s duration.
+    assert!(t0.elapsed() < Duration::from_secs(18), "{:?}", t0.elapsed());
     assert!(
         r["run"]["notes"]
             .to_string()
@@ -748,24 +755,86 @@ fn readme_demo_shows_the_designed_shares() {
     let from = module(s, "libntprof_demo_plugin.so")["profiled_from_ms"]
         .as_f64()
         .unwrap();
-    assert!(from > 0.0 && from < 100.0, "plugin mapped at {from} ms");
+    // Early in the run (its first quarter), whatever a loaded machine's scheduling delays add to the dlopen.
+    let duration_ms = r["run"]["duration_s"].as_f64().unwrap() * 1e3;
+    assert!(
+        from > 0.0 && from < 0.25 * duration_ms,
+        "plugin mapped at {from} ms of {duration_ms:.0} ms"
+    );
     assert_eq!(u(&s["stats"]["outside"]), 0, "{}", s["stats"]);
 }
 
+/// The `/proc/PID/stat` fields after the command name (field 3, the state, first), or none once it is gone.
+fn stat_fields(pid: u32) -> Option<Vec<String>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    Some(rest.split(' ').map(str::to_string).collect())
+}
+
+/// How long a test waits for a state the program under test must reach.
+const WAIT_LIMIT: Duration = Duration::from_secs(60);
+
+/// Wait (at most `WAIT_LIMIT`) until `what` holds; `why` says what was awaited when it never does.
+fn wait_for(what: impl Fn() -> bool, why: &str) {
+    let t0 = Instant::now();
+    while !what() {
+        assert!(t0.elapsed() < WAIT_LIMIT, "waited {WAIT_LIMIT:?} for {why}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Whether `parent` has a child named `name` that runs on its own: started and no longer traced.
+fn runs_untraced_child(parent: u32, name: &str) -> bool {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| stat_fields(pid).is_some_and(|f| f[1] == parent.to_string()))
+        .any(|pid| {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            status.lines().any(|l| l == format!("Name:\t{name}"))
+                && status.lines().any(|l| l == "TracerPid:\t0")
+        })
+}
+
+/// Whether process `pid` has a perf_event file descriptor open.
+fn has_perf_event(pid: u32) -> bool {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+        fds.filter_map(Result::ok).any(|fd| {
+            std::fs::read_link(fd.path()).is_ok_and(|l| l.to_string_lossy().contains("perf_event"))
+        })
+    })
+}
+
+/// User CPU ticks (1/100 s) process `pid` has used.
+fn user_ticks(pid: u32) -> u64 {
+    stat_fields(pid).map_or(0, |f| f[11].parse().unwrap_or(0))
+}
+
 /// SIGINT to ntprof: `record` forwards it to the command (which dies of it: 130), `attach` ends and reports.
+/// The signal is sent once the state it must find is reached, however slowly a loaded machine gets there: for
+/// `record`, the command running untraced (ntprof reads its signals from then on); for `attach`, the samplers
+/// open and the target's CPU time grown by 0.2 s since (samples to report).
 #[test]
 fn sigint_is_forwarded_by_record_and_ends_attach() {
     let split = programs().path("split");
     let start = |args: &[&str]| {
-        Command::new(NTPROF)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        let mut cmd = Command::new(NTPROF);
+        cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+        // SAFETY: runs in the forked child before execve and calls only sigaction (async-signal-safe). A test
+        // run started in the background by a non-interactive shell inherits SIGINT ignored, and a command that
+        // ignores it does not die of it: the command ntprof starts gets the default action, as from a terminal.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::signal::signal(Signal::SIGINT, nix::sys::signal::SigHandler::SigDfl)
+                    .map(drop)
+                    .map_err(std::io::Error::from)
+            });
+        }
+        cmd.spawn().unwrap()
     };
     let interrupt = |child: &std::process::Child| {
-        std::thread::sleep(Duration::from_millis(1000));
         kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     };
     let rec = start(&[
@@ -776,12 +845,15 @@ fn sigint_is_forwarded_by_record_and_ends_attach() {
         split.to_str().unwrap(),
         "30",
     ]);
+    wait_for(
+        || runs_untraced_child(rec.id(), "split"),
+        "ntprof record to let split run",
+    );
     interrupt(&rec);
     let r = report(&rec.wait_with_output().unwrap(), 130);
     assert_eq!(r["run"]["exit_status"], 130);
 
     let mut target = spawn_split("30");
-    std::thread::sleep(Duration::from_millis(100));
     let att = start(&[
         "attach",
         "--format",
@@ -789,6 +861,15 @@ fn sigint_is_forwarded_by_record_and_ends_attach() {
         "--pid",
         &target.id().to_string(),
     ]);
+    wait_for(
+        || has_perf_event(att.id()),
+        "ntprof attach to open its samplers",
+    );
+    let ticks = user_ticks(target.id());
+    wait_for(
+        || user_ticks(target.id()) >= ticks + 20,
+        "the target to run 0.2 s of CPU",
+    );
     interrupt(&att);
     let out = att.wait_with_output().unwrap();
     let _ = target.kill();

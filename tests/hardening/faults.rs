@@ -37,8 +37,15 @@ pub(crate) fn in_shim_child(name: &str) -> bool {
     false
 }
 
-/// Build the shim into a fresh temporary directory; returns the library's path.
+/// Build the shim into a fresh temporary directory, once per process; returns the library's path. Once: tests
+/// run in parallel, and gcc rewriting the library while another test's child preloads it gave "cannot be
+/// preloaded (file too short)".
 pub(crate) fn build_shim() -> PathBuf {
+    static SHIM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    SHIM.get_or_init(build_shim_now).clone()
+}
+
+fn build_shim_now() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ntprofile-fault-shim-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let so = dir.join("libntpfault.so");

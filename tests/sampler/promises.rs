@@ -307,6 +307,8 @@ fn a_waiting_read_blocks_nobody_and_ends_on_close() {
             NtStatus::SUCCESS
         );
         let enable = t.elapsed();
+        // The read still waits: the query and the enable did not wait for it.
+        let waiting = matches!(rx.try_recv(), Err(mpsc::TryRecvError::Empty));
         let t = Instant::now();
         assert_eq!(NtStatus(NtClose(h as Handle)), NtStatus::SUCCESS);
         let ended = rx.recv_timeout(Duration::from_secs(5));
@@ -317,15 +319,16 @@ fn a_waiting_read_blocks_nobody_and_ends_on_close() {
         );
         let (status, _) = ended.expect("the read did not end within 5 s of NtClose");
         reader.join().expect("reader");
-        assert!(query < Duration::from_millis(50), "query waited {query:?}");
+        // What answering at once guarantees, on a loaded machine too: the read was still waiting when they
+        // returned, and they took far less than the read's 2 s timeout (a thread may wait tens of milliseconds
+        // for a processor on a busy machine, so "at once" is bounded by a second, not by a few milliseconds).
         assert!(
-            enable < Duration::from_millis(50),
-            "enable waited {enable:?}"
+            waiting,
+            "the read ended before the query and the enable returned"
         );
-        assert!(
-            close_to_end < Duration::from_millis(500),
-            "{close_to_end:?}"
-        );
+        assert!(query < Duration::from_secs(1), "query waited {query:?}");
+        assert!(enable < Duration::from_secs(1), "enable waited {enable:?}");
+        assert!(close_to_end < Duration::from_secs(1), "{close_to_end:?}");
         assert_eq!(status, NtStatus::INVALID_HANDLE);
     }
 }

@@ -90,8 +90,11 @@ fn switch_records_time_a_sleep_and_the_sleeper_is_read_while_it_waits() {
         .max()
         .expect("the sleep's switches");
     let ms = sleeper as f64 / 1e6;
+    // At least the 300 ms asked for (less 1 %: the instructions between the switch-out and the timer's
+    // start); a loaded machine makes the sleeper wait longer for a CPU after it wakes, never shorter, so the
+    // upper bound only rules out an interval counted twice (600 ms and more).
     assert!(
-        (ms - 300.0).abs() <= 30.0,
+        (297.0..550.0).contains(&ms),
         "sleep 0.3 was off CPU {ms:.1} ms: {off:?}"
     );
     let b = readings
