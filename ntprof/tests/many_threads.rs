@@ -14,7 +14,7 @@ use common::{build_dir, gcc, is_root, run_ok, u};
 #[test]
 fn attach_to_two_thousand_threads_at_a_soft_limit_of_1024() {
     let dir = build_dir("many-threads");
-    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/threads.c");
+    let src = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/c/many_threads.c");
     gcc(&["-O2", "-pthread", src, "-o", "threads"], &dir);
     // nobody must reach the program and its directory.
     for p in [dir.parent().unwrap(), &dir, &dir.join("threads")] {
