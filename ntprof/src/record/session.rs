@@ -61,6 +61,9 @@ pub struct Session {
     busy_until: Option<Instant>,
     /// Rounds read so far (the recorder's fixed cost: a sleeping command costs one per [`ROUND`]).
     pub rounds: u64,
+    /// The first target, whose first exec read is the recorded command's own (`record` starts the command
+    /// with an exec once the events are open): it starts nothing, so it does not make the rounds fast.
+    own_exec: Option<u32>,
 }
 
 /// Check the options that concern sources and processors; returns the distinct sources in order.
@@ -248,6 +251,7 @@ impl Session {
             off_cpu,
             busy_until: None,
             rounds: 0,
+            own_exec: first_pid,
         })
     }
 
@@ -294,6 +298,7 @@ impl Session {
     fn read_all(&mut self) -> Result<(), Failure> {
         let order = &mut self.order;
         let tracker = &mut self.tracker;
+        let own_exec = &mut self.own_exec;
         let mut changed = false;
         for (i, s) in self.samplers.iter_mut().enumerate() {
             s.read(|r| {
@@ -306,7 +311,11 @@ impl Session {
                         ..
                     } => {
                         tracker.exec_read(pid, time, comm);
-                        changed = true;
+                        if *own_exec == Some(pid) {
+                            *own_exec = None;
+                        } else {
+                            changed = true;
+                        }
                     }
                     SampleRecord::Fork { pid, ppid, .. } if pid != ppid => changed = true,
                     _ => {}
