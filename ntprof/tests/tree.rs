@@ -707,7 +707,7 @@ fn attach_profiles_the_children_running_before_it_for_the_whole_attach() {
     assert_eq!(alone.status.code(), Some(0), "{text}");
     eprintln!("{text}");
     assert!(
-        text.contains("why: 2 descendant(s) of the process were running at the attach")
+        text.contains("why: 2 descendants of the process were running at the attach")
             && text.contains("--no-inherit"),
         "{text}"
     );
