@@ -69,13 +69,17 @@ impl Model {
             }
             Which::OtherGeneration(i, g) if !self.entries.is_empty() => {
                 let v = self.entries[usize::from(i) % self.entries.len()].value;
-                v.wrapping_add((usize::from(g) + 1) << 32)
+                // Another generation of the same slot: the generation field is bits 22..31 of the value.
+                v ^ ((usize::from(g) % 511 + 1) << 22)
             }
             Which::Known(_) | Which::OtherGeneration(..) => 0x1234_0000,
             Which::Raw(v) => v as usize,
             Which::CurrentProcess => usize::MAX,
             Which::CurrentThread => usize::MAX - 1,
         };
+        // Only the low 32 bits of a handle are significant (sign-extended, as on 64-bit Windows): the model
+        // passes and compares the value the library reads.
+        let value = value as u32 as i32 as isize as usize;
         let live = self.entries.iter().position(|e| e.live && e.value == value);
         (value, live)
     }
