@@ -142,6 +142,7 @@ fn leader_gone_program(programs: &Programs) -> std::path::PathBuf {
 
 #[test]
 fn the_calling_thread_reading_itself_is_running() {
+    let _serial = common::serial();
     let mut stack = vec![0u8; 4096];
     let me = read_blocked_thread(std::process::id(), gettid(), &mut stack).expect("read");
     assert_eq!(me, None, "the calling thread runs: it is not blocked");
@@ -156,6 +157,7 @@ fn the_calling_thread_reading_itself_is_running() {
 
 #[test]
 fn a_zombie_and_kernel_threads_are_invalid_cids() {
+    let _serial = common::serial();
     assert_eq!(zombie_status(), NtStatus::INVALID_CID, "a zombie");
     for k in kernel_threads() {
         assert_eq!(status_of(k, k), NtStatus::INVALID_CID, "kernel thread {k}");
@@ -164,6 +166,7 @@ fn a_zombie_and_kernel_threads_are_invalid_cids() {
 
 #[test]
 fn a_stack_copy_goes_past_one_mebibyte() {
+    let _serial = common::serial();
     const WANT: usize = 2 << 20;
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<u32>();
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
@@ -195,6 +198,7 @@ fn a_stack_copy_goes_past_one_mebibyte() {
 
 #[test]
 fn a_worker_whose_main_thread_ended_is_read_with_its_stack() {
+    let _serial = common::serial();
     let programs = Programs::new("leader");
     let r = leader_gone(&leader_gone_program(&programs));
     let (syscall, copied) = r
@@ -211,6 +215,7 @@ fn a_worker_whose_main_thread_ended_is_read_with_its_stack() {
 /// long sleep does not. A reading that found the thread blocked must hold one generation.
 #[test]
 fn a_thread_that_runs_during_the_copy_is_not_reported_blocked() {
+    let _serial = common::serial();
     const WORDS: usize = 2 << 20;
     let stop = Arc::new(AtomicBool::new(false));
     let region = Arc::new(AtomicUsize::new(0));
@@ -289,6 +294,7 @@ fn a_thread_that_runs_during_the_copy_is_not_reported_blocked() {
 /// the worker of `leader_gone` read with its stack.
 #[test]
 fn an_unprivileged_caller_gets_the_same_statuses() {
+    let _serial = common::serial();
     let programs = Programs::new("unpriv-blocked");
     let program = leader_gone_program(&programs);
     std::fs::set_permissions(
@@ -333,6 +339,7 @@ fn an_unprivileged_caller_gets_the_same_statuses() {
 #[test]
 #[ignore = "a helper process of an_unprivileged_caller_gets_the_same_statuses"]
 fn blocked_helper() {
+    let _serial = common::serial();
     let Some(program) = std::env::var_os("NTPROFILE_BLOCKED_HELPER") else {
         return;
     };
