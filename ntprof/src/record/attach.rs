@@ -243,7 +243,7 @@ fn add_attached(session: &mut Session, tree: &Tree, start_ns: u64) -> Result<(),
                 ));
             }
         };
-        let comm = procs::comm(pid).unwrap_or_else(|| format!("pid {pid}"));
+        let comm = procs::comm(pid).unwrap_or_else(|| procs::unknown_comm(pid));
         let ppid = if ppid == 0 {
             procs::parent_pid(pid).unwrap_or(0)
         } else {

@@ -244,14 +244,16 @@ impl Tracker {
         if let Some(p) = self.processes.get(pid) {
             return p;
         }
-        let comm = procs::comm(pid).unwrap_or_else(|| format!("pid {pid}"));
+        let comm = procs::comm(pid).unwrap_or_else(|| procs::unknown_comm(pid));
+        // Its parent, while it still runs (else from its exit record, `Processes::adopt`).
+        let ppid = procs::parent_pid(pid).unwrap_or(0);
         let maps = if self.read_unknown {
             self.late_processes += 1;
             space::read_executable_maps(pid).unwrap_or_default()
         } else {
             Vec::new()
         };
-        self.add_process(pid, 0, &comm, &maps, time)
+        self.add_process(pid, ppid, &comm, &maps, time)
     }
 
     /// Add a mapping to process `p`.
@@ -372,9 +374,12 @@ impl Tracker {
                 }
                 self.processes.fork(ppid, pid, time);
             }
-            Event::Exit { pid, tid } => {
+            Event::Exit { pid, ppid, tid } => {
                 // A thread ended (`pid == tid`: the main thread, which may end before the others); the process
                 // ends with its last thread.
+                if let Some(p) = self.processes.get(pid) {
+                    self.processes.adopt(p, ppid);
+                }
                 if let Some(p) = self.processes.get(pid)
                     && self.processes.thread_exited(p, tid)
                 {

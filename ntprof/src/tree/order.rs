@@ -70,6 +70,8 @@ pub enum Event {
     Exit {
         /// Process.
         pid: u32,
+        /// Its parent's process at the exit (the kernel's record names it).
+        ppid: u32,
         /// Thread.
         tid: u32,
     },
@@ -201,7 +203,13 @@ impl Order {
                 time,
                 ..
             } => (time, Event::Fork { pid, ppid, tid }),
-            SampleRecord::Exit { pid, tid, time, .. } => (time, Event::Exit { pid, tid }),
+            SampleRecord::Exit {
+                pid,
+                ppid,
+                tid,
+                time,
+                ..
+            } => (time, Event::Exit { pid, ppid, tid }),
             SampleRecord::Lost { lost, time } => (time, Event::Lost { source, lost }),
             SampleRecord::Throttle { time, throttled } => {
                 (time, Event::Throttle { source, throttled })

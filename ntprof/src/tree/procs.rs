@@ -110,6 +110,28 @@ impl Processes {
         c
     }
 
+    /// Process `p` appeared without the kernel's record of its creation (a child forked while an attach was
+    /// opening its parent's events) and exited before its parent could be read from `/proc`: its exit record
+    /// names the parent `ppid`. A process whose parent is known already keeps it. Until its first exec it ran
+    /// its parent's program, whose name replaces the placeholder it was listed under.
+    pub fn adopt(&mut self, p: u32, ppid: u32) {
+        let process = &self.list[p as usize];
+        if process.ppid != 0 || ppid == 0 || ppid == process.pid {
+            return;
+        }
+        let parent = self.by_pid.get(&ppid).copied();
+        let first = process.images[0] as usize;
+        if self.images[first].comm == unknown_comm(process.pid)
+            && let Some(q) = parent
+        {
+            let named = self.images[self.image(q) as usize].comm.clone();
+            self.images[first].comm = named;
+        }
+        let process = &mut self.list[p as usize];
+        process.ppid = ppid;
+        process.parent = parent;
+    }
+
     /// The command of process `p` now.
     pub fn comm(&self, p: u32) -> &str {
         let process = &self.list[p as usize];
@@ -241,6 +263,11 @@ fn comm_bytes(pid: u32) -> Option<Vec<u8>> {
     Some(b)
 }
 
+/// The name a process is listed under when its command could not be read (it had exited).
+pub fn unknown_comm(pid: u32) -> String {
+    format!("pid {pid}")
+}
+
 /// The parent of a running process (`/proc/PID/stat`, field 4).
 pub fn parent_pid(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -339,6 +366,27 @@ pub fn parse_state(stat: &str) -> Option<char> {
 mod tests {
     use super::*;
     use crate::tree::space::Map;
+
+    #[test]
+    fn a_process_seen_without_its_fork_takes_its_parent_from_its_exit() {
+        let mut p = Processes::default();
+        let sh = p.add(100, 1, "forker.sh", 0, Space::default());
+        // First seen by its exec record, after it had exited: no parent, no name.
+        let child = p.add(105, 0, &unknown_comm(105), 10, Space::default());
+        p.exec(child, "true");
+        p.adopt(child, 100);
+        assert_eq!(p.list[child as usize].ppid, 100);
+        assert_eq!(p.list[child as usize].parent, Some(sh));
+        assert_eq!(p.chain(child), ["forker.sh", "true"]);
+        // A known parent is kept: a later exit record names the reaper the process was reparented to.
+        p.adopt(child, 1);
+        assert_eq!(p.list[child as usize].ppid, 100);
+        // A name that was read is kept.
+        let other = p.add(106, 0, "awk", 10, Space::default());
+        p.adopt(other, 100);
+        assert_eq!(p.chain(other), ["awk"]);
+        assert_eq!(p.list[other as usize].parent, Some(sh));
+    }
 
     #[test]
     fn fork_copies_exec_clears_exit_frees_the_pid() {
