@@ -298,7 +298,10 @@ fn kernel_faults() {
                     "ring of fd {fd}: watermark {watermark} for {data} data bytes"
                 );
             }
-            // Nothing lost to the watermark: a fast timer into one-page rings.
+            // Nothing lost to the watermark: a fast timer into one-page rings. A watermark past the data area
+            // would never wake the consumer, and all but the last ring's worth (about 85 samples) of the 300 ms
+            // would be lost; a consumer kept from a processor on a loaded machine loses some (5.3 % seen at load
+            // average 12), so the bound is half.
             NtSetIntervalProfile(400, TASK_CLOCK);
             burn(Duration::from_millis(300));
             let s = victim.stats();
@@ -309,7 +312,7 @@ fn kernel_faults() {
                 s.counted, s.outside, s.lost
             );
             assert!(
-                s.lost * 20 <= total,
+                s.lost * 2 <= total,
                 "tiny rings lost {} of {total} samples",
                 s.lost
             );
