@@ -24,10 +24,12 @@ fn target_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// Crates that only the CLI may compile: every dependency `ntprof/Cargo.toml` names except the library and
-/// what the library itself depends on, plus the symbolization and format crates those pull in.
+/// Crates that only the profiler may compile: every dependency `ntprof/Cargo.toml` (the CLI) and
+/// `ntprof-engine/Cargo.toml` (its engine) name except the library, the engine and what the library itself
+/// depends on, plus the symbolization and format crates those pull in.
 fn cli_only_crates() -> BTreeSet<String> {
-    let manifest = std::fs::read_to_string(repo().join("ntprof/Cargo.toml")).unwrap();
+    let manifest = std::fs::read_to_string(repo().join("ntprof/Cargo.toml")).unwrap()
+        + &std::fs::read_to_string(repo().join("ntprof-engine/Cargo.toml")).unwrap();
     let library = std::fs::read_to_string(repo().join("Cargo.toml")).unwrap();
     let deps_of = |text: &str| -> BTreeSet<String> {
         let mut names = BTreeSet::new();
@@ -49,7 +51,7 @@ fn cli_only_crates() -> BTreeSet<String> {
     let library_deps = deps_of(&library);
     let mut cli: BTreeSet<String> = deps_of(&manifest)
         .into_iter()
-        .filter(|n| n != "ntprofile" && !library_deps.contains(n))
+        .filter(|n| n != "ntprofile" && n != "ntprof-engine" && !library_deps.contains(n))
         .collect();
     for always in [
         "addr2line",
@@ -65,6 +67,71 @@ fn cli_only_crates() -> BTreeSet<String> {
         cli.insert(always.to_string());
     }
     cli
+}
+
+/// Crates of the terminal and the command line, which the engine must not compile: a program that embeds the
+/// engine gets no argument parser, progress bar or terminal handling it did not ask for.
+const TERMINAL_CRATES: &[&str] = &[
+    "clap",
+    "clap_builder",
+    "clap_derive",
+    "clap_lex",
+    "indicatif",
+    "console",
+    "anstream",
+    "anstyle",
+    "terminal_size",
+    "unicode-width",
+    "crossterm",
+    "termcolor",
+];
+
+#[test]
+fn the_engine_compiles_no_terminal_crate() {
+    let out = cargo(
+        &repo(),
+        &[
+            "tree",
+            "--offline",
+            "-p",
+            "ntprof-engine",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+        ],
+        &target_dir().join("dependents-check"),
+    );
+    let in_tree: BTreeSet<&str> = out.lines().filter_map(crate_name).collect();
+    assert!(
+        in_tree.contains("ntprofile") && in_tree.contains("addr2line"),
+        "the engine's tree lacks the library or the symbolizer: {in_tree:?}"
+    );
+    let terminal: Vec<&&str> = TERMINAL_CRATES
+        .iter()
+        .filter(|c| in_tree.contains(**c))
+        .collect();
+    assert!(
+        terminal.is_empty(),
+        "the engine depends on terminal crates {terminal:?}:\n{out}"
+    );
+    // And the CLI does depend on them: the check would see one.
+    let cli = cargo(
+        &repo(),
+        &[
+            "tree",
+            "--offline",
+            "-p",
+            "ntprof",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+        ],
+        &target_dir().join("dependents-check"),
+    );
+    let cli: BTreeSet<&str> = cli.lines().filter_map(crate_name).collect();
+    assert!(cli.contains("clap") && cli.contains("indicatif"), "{cli:?}");
 }
 
 fn write_dependent(dir: &Path) {

@@ -6,8 +6,11 @@
 //! where it sits. Inside a module folder (`src/engine/`, `src/perf/`, `src/ffi/`), the files other than
 //! `mod.rs` name each other (`super::x`, `crate::m::x`) without a cycle either.
 //!
-//! And every file of `src/` stays a room a newcomer reads in one sitting: at most [`MAX_LINES`] lines, opening
-//! with a doc line (`//!`) that says what it holds.
+//! The profiler engine (`ntprof-engine/src/`) is held to the same rule with its own table, [`ENGINE_LAYERS`]:
+//! the session uses the tree, the tree uses symbols and unwinding, the writers read the report alone.
+//!
+//! And every file of `src/`, `ntprof-engine/src/` and `ntprof/src/` stays a room a newcomer reads in one sitting:
+//! at most [`MAX_LINES`] lines, opening with a doc line (`//!`) that says what it holds.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -35,12 +38,30 @@ const LAYERS: &[&[&str]] = &[
     &["api", "ffi", "fuzzing", "sampler"],
 ];
 
+/// The layers of the profiler engine (`ntprof-engine/src/`), bottom first. The data every layer shares (the
+/// report model, the options, progress, file reading, off-CPU waits); names (`symbols`); call stacks (`unwind`,
+/// over the symbols' ELF reading); the model of the processes and their time-ordered records (`tree`); the
+/// off-CPU watcher (a source beside the samplers); the report built from the tree (`collect`) and the writers,
+/// which read the report alone (`output`); the recording session on top (`record`).
+const ENGINE_LAYERS: &[&[&str]] = &[
+    &["report", "options", "progress", "files", "waits"],
+    &["symbols"],
+    &["unwind"],
+    &["tree"],
+    &["offcpu"],
+    &["collect", "output"],
+    &["record"],
+];
+
+/// The source folders the length and doc-line rule covers: the library, the profiler engine, the CLI.
+const SOURCE_DIRS: &[&str] = &["src", "ntprof-engine/src", "ntprof/src"];
+
 /// The most lines a file under `src/` may have. Files are meant to stay near 400; past 500, split the file by
 /// topic (a folder of files beside it, as `src/modules/` or `src/source/`).
 const MAX_LINES: usize = 500;
 
-fn layer_of(module: &str) -> Option<usize> {
-    LAYERS.iter().position(|l| l.contains(&module))
+fn layer_of(layers: &[&[&str]], module: &str) -> Option<usize> {
+    layers.iter().position(|l| l.contains(&module))
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -138,10 +159,10 @@ fn crate_modules(code: &str) -> BTreeSet<String> {
     found
 }
 
-/// Every (importing module, imported module, file) of `src/`, across modules.
-fn imports() -> Vec<(String, String, PathBuf)> {
+/// Every (importing module, imported module, file) of the source folder `dir` (`src`), across modules.
+fn imports(dir: &str) -> Vec<(String, String, PathBuf)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let src = root.join("src");
+    let src = root.join(dir);
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     files.sort();
@@ -209,7 +230,18 @@ fn paths_after(code: &str, prefix: &str) -> BTreeSet<String> {
 
 #[test]
 fn files_inside_a_module_form_no_cycle() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let checked = folders_without_cycles("src");
+    assert!(checked >= 3, "expected the engine, perf and ffi folders");
+    let checked = folders_without_cycles("ntprof-engine/src");
+    assert!(
+        checked >= 8,
+        "expected the profiler engine's record, tree, symbols, ... folders"
+    );
+}
+
+/// Check that the files of each module folder of `folder` import each other without a cycle; how many folders.
+fn folders_without_cycles(folder: &str) -> usize {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(folder);
     let mut checked = 0;
     for dir in std::fs::read_dir(&src).expect("read src/") {
         let dir = dir.expect("dir entry").path();
@@ -238,13 +270,13 @@ fn files_inside_a_module_form_no_cycle() {
             let siblings = named.into_iter().filter(|n| n != file && files.contains(n));
             graph.entry(file.clone()).or_default().extend(siblings);
         }
-        println!("src/{module}/: {graph:?}");
+        println!("{folder}/{module}/: {graph:?}");
         if let Some(cycle) = find_cycle(&graph) {
-            panic!("src/{module}/: import cycle {}", cycle.join(" -> "));
+            panic!("{folder}/{module}/: import cycle {}", cycle.join(" -> "));
         }
         checked += 1;
     }
-    assert!(checked >= 3, "expected the engine, perf and ffi folders");
+    checked
 }
 
 #[test]
@@ -259,22 +291,69 @@ fn the_parser_sees_plain_grouped_and_nested_paths() {
 
 #[test]
 fn every_import_points_down_and_modules_form_no_cycle() {
-    let edges = imports();
+    let edges = imports("src");
     assert!(
         edges.iter().any(|(f, t, _)| f == "engine" && t == "perf"),
         "the scan found no import of perf by the engine: it reads nothing"
     );
+    assert_layered(LAYERS, &edges);
+}
+
+#[test]
+fn the_profiler_engine_imports_point_down_and_form_no_cycle() {
+    let edges = imports("ntprof-engine/src");
+    assert!(
+        edges.iter().any(|(f, t, _)| f == "record" && t == "tree")
+            && edges.iter().any(|(f, t, _)| f == "tree" && t == "unwind"),
+        "the scan found no import of the tree by the session, or of unwinding by the tree: it reads nothing"
+    );
+    assert_layered(ENGINE_LAYERS, &edges);
+}
+
+#[test]
+fn an_upward_import_or_a_pair_importing_each_other_is_caught() {
+    let edge = |f: &str, t: &str| {
+        (
+            f.to_string(),
+            t.to_string(),
+            PathBuf::from(format!("src/{f}.rs")),
+        )
+    };
+    // The writers reading the session: upward.
+    let upward = layering_problems(ENGINE_LAYERS, &[edge("output", "record")]);
+    assert_eq!(
+        upward.len(),
+        1,
+        "output -> record must be refused: {upward:?}"
+    );
+    assert!(upward[0].contains("upward import"), "{upward:?}");
+    // Two modules of one layer importing each other (as the tree and the off-CPU watcher once did): a cycle.
+    let pair = layering_problems(
+        ENGINE_LAYERS,
+        &[edge("files", "waits"), edge("waits", "files")],
+    );
+    assert_eq!(pair.len(), 1, "files <-> waits must be refused: {pair:?}");
+    assert!(pair[0].starts_with("import cycle"), "{pair:?}");
+    let down = layering_problems(
+        ENGINE_LAYERS,
+        &[edge("record", "tree"), edge("tree", "symbols")],
+    );
+    assert!(down.is_empty(), "{down:?}");
+}
+
+/// Every upward import, module without a layer, and cycle of `edges` under `layers`.
+fn layering_problems(layers: &[&[&str]], edges: &[(String, String, PathBuf)]) -> Vec<String> {
     let mut problems = Vec::new();
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (from, to, file) in &edges {
+    for (from, to, file) in edges {
         graph.entry(from.clone()).or_default().insert(to.clone());
-        match (layer_of(from), layer_of(to)) {
+        match (layer_of(layers, from), layer_of(layers, to)) {
             (None, _) => problems.push(format!(
-                "{}: module `{from}` has no layer: add it to LAYERS in tests/layers.rs",
+                "{}: module `{from}` has no layer: add it to its table in tests/layers.rs",
                 file.display()
             )),
             (_, None) => problems.push(format!(
-                "{}: imports `crate::{to}`, a module with no layer: add it to LAYERS in tests/layers.rs",
+                "{}: imports `crate::{to}`, a module with no layer: add it to its table in tests/layers.rs",
                 file.display()
             )),
             (Some(a), Some(b)) if b > a => problems.push(format!(
@@ -294,6 +373,12 @@ fn every_import_points_down_and_modules_form_no_cycle() {
             to.iter().cloned().collect::<Vec<_>>().join(", ")
         );
     }
+    problems
+}
+
+/// Fail with every problem of `edges` under `layers`.
+fn assert_layered(layers: &[&[&str]], edges: &[(String, String, PathBuf)]) {
+    let problems = layering_problems(layers, edges);
     assert!(
         problems.is_empty(),
         "layering broken:\n{}",
@@ -320,12 +405,19 @@ fn too_long(src: &Path, max: usize) -> Vec<(PathBuf, usize)> {
 
 #[test]
 fn every_file_is_short_and_says_what_it_holds() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for dir in SOURCE_DIRS {
+        short_and_documented(dir);
+    }
+}
+
+/// Check the files of the source folder `dir`: at most [`MAX_LINES`] lines, a `//!` first line.
+fn short_and_documented(dir: &str) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let mut files = Vec::new();
     rust_files(&src, &mut files);
     assert!(
-        files.len() > 30,
-        "the scan found only {} files",
+        files.len() > 10,
+        "the scan found only {} files in {dir}/",
         files.len()
     );
     let long: Vec<String> = too_long(&src, MAX_LINES)

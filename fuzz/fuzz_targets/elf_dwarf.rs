@@ -7,13 +7,13 @@ use libfuzzer_sys::fuzz_target;
 
 // ntprof's own sources, compiled into the target (the profiler is a binary crate).
 #[allow(dead_code)]
-#[path = "../../ntprof/src/files.rs"]
+#[path = "../../ntprof-engine/src/files.rs"]
 mod files;
 #[allow(dead_code)]
-#[path = "../../ntprof/src/symbols/dwarf.rs"]
+#[path = "../../ntprof-engine/src/symbols/dwarf.rs"]
 mod dwarf;
 #[allow(dead_code)]
-#[path = "../../ntprof/src/symbols/fde.rs"]
+#[path = "../../ntprof-engine/src/symbols/fde.rs"]
 mod fde;
 
 use fde::FdeIndex;

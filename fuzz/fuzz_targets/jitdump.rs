@@ -8,16 +8,16 @@ use libfuzzer_sys::fuzz_target;
 
 // ntprof's own sources, compiled into the target (the profiler is a binary crate).
 #[allow(dead_code)]
-#[path = "../../ntprof/src/files.rs"]
+#[path = "../../ntprof-engine/src/files.rs"]
 mod files;
 #[allow(dead_code)]
-#[path = "../../ntprof/src/tree/jitdump/format.rs"]
+#[path = "../../ntprof-engine/src/tree/jitdump/format.rs"]
 mod format;
 #[allow(dead_code)]
-#[path = "../../ntprof/src/tree/jitdump/reader.rs"]
+#[path = "../../ntprof-engine/src/tree/jitdump/reader.rs"]
 mod reader;
 #[allow(dead_code)]
-#[path = "../../ntprof/src/tree/jitdump/replay.rs"]
+#[path = "../../ntprof-engine/src/tree/jitdump/replay.rs"]
 mod replay;
 
 use format::{Change, JitDump};

@@ -6,10 +6,10 @@ use libfuzzer_sys::fuzz_target;
 
 // ntprof's own sources, compiled into the target (the profiler is a binary crate).
 #[allow(dead_code)]
-#[path = "../../ntprof/src/files.rs"]
+#[path = "../../ntprof-engine/src/files.rs"]
 mod files;
 #[allow(dead_code)]
-#[path = "../../ntprof/src/tree/jit.rs"]
+#[path = "../../ntprof-engine/src/tree/jit.rs"]
 mod jit;
 
 fuzz_target!(|input: (u8, &[u8])| {

@@ -6,21 +6,16 @@
 //! `record` with the command's own exit status (127 when it cannot be found).
 
 mod args;
-mod collect;
 mod demo;
-mod files;
-mod offcpu;
 mod output;
 mod progress;
-mod record;
-mod report;
 mod report_cmd;
 mod sources;
-mod symbols;
 mod text;
-mod tree;
-mod unwind;
 mod workload;
+
+// The engine's modules under their old names, for the paths of the command's own modules.
+use ntprof_engine::{record, report, symbols};
 
 use std::process::ExitCode;
 
@@ -68,8 +63,18 @@ fn report(result: Result<Outcome, Failure>, out: &output::OutputArgs) -> ExitCod
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Record(a) => report(record::record(&a), &a.output),
-        Command::Attach(a) => report(record::attach(&a), &a.output),
+        Command::Record(a) => {
+            let progress = progress::Progress::new(a.quiet);
+            let result = record::record(&a.options(), &progress);
+            drop(progress);
+            report(result, &a.output)
+        }
+        Command::Attach(a) => {
+            let progress = progress::Progress::new(a.quiet);
+            let result = record::attach(&a.options(), &progress);
+            drop(progress);
+            report(result, &a.output)
+        }
         Command::Sources => finish(sources::run().and_then(|text| print(&text))),
         Command::Demo(opts) => {
             let mut written = Ok(());

@@ -6,24 +6,17 @@
 use std::io::IsTerminal;
 use std::time::Duration;
 
+use std::sync::OnceLock;
+
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use ntprof_engine::progress::SourceProgress;
 
-/// What the recorder knows of one source at a moment of the run.
-#[derive(Debug, Clone, Default)]
-pub struct SourceProgress {
-    /// The source's name.
-    pub name: String,
-    /// Samples counted so far (all modules).
-    pub counted: u64,
-    /// Samples outside every module so far.
-    pub outside: u64,
-    /// Samples lost so far.
-    pub lost: u64,
-}
-
-/// The progress display of one run. Every method is cheap and may be called a few times per second.
+/// The progress display of one run: drawn from the engine's calls once the run has started. Every method is
+/// cheap and may be called a few times per second.
 pub struct Progress {
-    bar: Option<ProgressBar>,
+    /// Whether the display may be drawn (not `--quiet`, stderr a terminal).
+    shown: bool,
+    bar: OnceLock<ProgressBar>,
 }
 
 /// `12.3s`, `2m05.1s`, `1h02m03s`.
@@ -58,34 +51,47 @@ fn status_line(sources: &[SourceProgress]) -> String {
 }
 
 impl Progress {
-    /// A display for a run described by `what` (`record: ./prog`, `attach: pid 1234`); hidden when `quiet` or when
-    /// stderr is not a terminal.
-    pub fn new(what: &str, quiet: bool) -> Progress {
-        Progress::with_terminal(what, quiet, std::io::stderr().is_terminal())
+    /// A display, hidden when `quiet` or when stderr is not a terminal.
+    pub fn new(quiet: bool) -> Progress {
+        Progress::shown_if(!quiet && std::io::stderr().is_terminal())
     }
 
-    fn with_terminal(what: &str, quiet: bool, terminal: bool) -> Progress {
-        if quiet || !terminal {
-            return Progress { bar: None };
+    fn shown_if(shown: bool) -> Progress {
+        Progress {
+            shown,
+            bar: OnceLock::new(),
         }
+    }
+
+    /// The display for a run described by `what` (`record: ./prog`, `attach: pid 1234`), if shown.
+    fn bar(what: &str) -> ProgressBar {
         let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
         let style = ProgressStyle::with_template("{spinner} ntprof {prefix} [{msg}]")
             .unwrap_or_else(|_| ProgressStyle::default_spinner());
         bar.set_style(style);
         bar.set_prefix(what.to_string());
         bar.set_message("0.0s");
-        Progress { bar: Some(bar) }
+        bar
     }
 
     /// Whether anything is drawn.
     #[cfg(test)]
     fn visible(&self) -> bool {
-        self.bar.is_some()
+        self.bar.get().is_some()
+    }
+}
+
+impl ntprof_engine::progress::Progress for Progress {
+    /// Draw the display (when shown) for the run described by `what`.
+    fn start(&self, what: &str) {
+        if self.shown {
+            self.bar.get_or_init(|| Progress::bar(what));
+        }
     }
 
     /// Show the state after `elapsed`.
-    pub fn update(&self, elapsed: Duration, sources: &[SourceProgress]) {
-        if let Some(bar) = &self.bar {
+    fn update(&self, elapsed: Duration, sources: &[SourceProgress]) {
+        if let Some(bar) = self.bar.get() {
             bar.set_message(format!(
                 "{} | {}",
                 elapsed_text(elapsed),
@@ -96,8 +102,8 @@ impl Progress {
     }
 
     /// Remove the display (before the report is printed).
-    pub fn finish(&self) {
-        if let Some(bar) = &self.bar {
+    fn finish(&self) {
+        if let Some(bar) = self.bar.get() {
             bar.finish_and_clear();
         }
     }
@@ -105,7 +111,7 @@ impl Progress {
 
 impl Drop for Progress {
     fn drop(&mut self) {
-        self.finish();
+        ntprof_engine::progress::Progress::finish(self);
     }
 }
 
@@ -115,9 +121,15 @@ mod tests {
 
     #[test]
     fn hidden_when_quiet_or_not_a_terminal() {
-        assert!(!Progress::with_terminal("record: x", true, true).visible());
-        assert!(!Progress::with_terminal("record: x", false, false).visible());
-        assert!(Progress::with_terminal("record: x", false, true).visible());
+        use ntprof_engine::progress::Progress as _;
+        let started = |shown: bool| {
+            let p = Progress::shown_if(shown);
+            p.start("record: x");
+            p.visible()
+        };
+        assert!(!started(false));
+        assert!(started(true));
+        assert!(!Progress::shown_if(true).visible());
     }
 
     #[test]

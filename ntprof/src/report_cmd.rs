@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use crate::output::{self, OutputArgs};
-use crate::report::{Report, SCHEMA_VERSION};
+use crate::report::{self, Report};
 
 /// The arguments of `ntprof report`.
 #[derive(Debug, Clone, Args)]
@@ -26,25 +26,7 @@ pub fn load(file: &std::path::Path) -> Result<Report, String> {
     } else {
         std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?
     };
-    // The version first, so that a profile of a newer schema gets a message about versions, not about a field.
-    let version = serde_json::from_str::<serde_json::Value>(&text)
-        .map_err(|e| format!("{} is not JSON: {e}", file.display()))?
-        .get("schema_version")
-        .and_then(serde_json::Value::as_u64)
-        .ok_or_else(|| {
-            format!(
-                "{} is not an ntprof JSON profile (it has no schema_version)",
-                file.display()
-            )
-        })?;
-    if version > u64::from(SCHEMA_VERSION) {
-        return Err(format!(
-            "{} has schema version {version}, newer than this ntprof reads ({SCHEMA_VERSION}): use a newer ntprof",
-            file.display()
-        ));
-    }
-    serde_json::from_str(&text)
-        .map_err(|e| format!("{} is not a valid ntprof JSON profile: {e}", file.display()))
+    report::from_json(&text, &file.display().to_string())
 }
 
 /// Run `ntprof report`.

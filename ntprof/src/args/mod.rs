@@ -3,6 +3,11 @@
 //! Usage errors (unknown options, bad values, bad ranges) exit with code 2, as clap does.
 
 use clap::{Args, Parser, Subcommand};
+pub use ntprof_engine::options::{
+    AddrRange, CallGraph, CpuList, DWARF_STACK_DEFAULT, DWARF_STACK_MAX,
+    SourceInterval as IntervalArg,
+};
+use ntprof_engine::options::{AttachOptions, ProfileOptions, RecordOptions};
 use ntprofile::ProfileSource;
 
 use crate::output::OutputArgs;
@@ -203,19 +208,6 @@ pub struct DemoOptions {
     pub source: ProfileSource,
 }
 
-/// A processor list (`--cpus 0-3,6`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CpuList(pub Vec<usize>);
-
-/// A raw address range (`--range 0x400000-0x401000`), end exclusive.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AddrRange {
-    /// First address.
-    pub start: u64,
-    /// Exclusive end.
-    pub end: u64,
-}
-
 /// A decimal or `0x` hexadecimal number.
 pub fn parse_u64(s: &str) -> Option<u64> {
     let s = s.trim();
@@ -242,29 +234,6 @@ pub fn parse_source(s: &str) -> Option<ProfileSource> {
         name == wanted || name == bare || debug == bare
     })
 }
-
-/// One `--interval` value: for every source, or for the named one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IntervalArg {
-    /// The source it is for; `None`: every source without an interval of its own.
-    pub source: Option<ProfileSource>,
-    /// The interval.
-    pub value: u32,
-}
-
-/// How call stacks are recorded (`-g`, `--call-graph`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallGraph {
-    /// Frame pointers: the kernel's callchains.
-    Fp,
-    /// A copy of this many bytes of the user stack, unwound with DWARF CFI.
-    Dwarf(u32),
-}
-
-/// The default size of the user stack copy of `--call-graph dwarf` (perf's).
-pub const DWARF_STACK_DEFAULT: u32 = 8192;
-/// The kernel's limit on one sample's user stack copy, rounded down to 8 bytes.
-pub const DWARF_STACK_MAX: u32 = 65528;
 
 fn parse_call_graph(s: &str) -> Result<CallGraph, String> {
     let (mode, size) = match s.split_once(',') {
@@ -294,40 +263,47 @@ fn parse_call_graph(s: &str) -> Result<CallGraph, String> {
 }
 
 impl ProfileArgs {
-    /// How call stacks are recorded, if at all (`--call-graph` wins over `-g`).
-    pub fn call_graph(&self) -> Option<CallGraph> {
-        self.call_graph
-            .or((self.call_stacks || self.off_cpu).then_some(CallGraph::Fp))
-    }
-
-    /// The interval asked for `source`: its own `SOURCE=N`, else (a time source) `-F HZ`'s, else a bare `N`,
-    /// else none (the source's default).
-    pub fn interval_for(&self, source: ProfileSource) -> Option<u32> {
-        let own = self
-            .intervals
-            .iter()
-            .rev()
-            .find(|i| i.source == Some(source));
-        let all = self.intervals.iter().rev().find(|i| i.source.is_none());
-        let freq = self
-            .freq
-            .filter(|_| source.interval_unit() == ntprofile::IntervalUnit::Time100ns)
-            .map(interval_of_freq);
-        own.map(|i| i.value).or(freq).or(all.map(|i| i.value))
-    }
-
-    /// An `--interval SOURCE=N` whose source is not among `--source`, if any (a usage error).
-    pub fn interval_for_unused_source(&self) -> Option<ProfileSource> {
-        self.intervals
-            .iter()
-            .filter_map(|i| i.source)
-            .find(|s| !self.sources.contains(s))
+    /// The engine's options for these arguments.
+    pub fn options(&self) -> ProfileOptions {
+        let mut o = ProfileOptions::default();
+        o.sources = self.sources.clone();
+        o.intervals = self.intervals.clone();
+        o.bucket = self.bucket;
+        o.no_inherit = self.no_inherit;
+        o.jitter = self.jitter;
+        o.freq = self.freq;
+        o.cpus = self.cpus.clone();
+        o.expect = self.expect.clone();
+        o.modules = self.modules.clone();
+        o.ranges = self.ranges.clone();
+        o.poll_ms = self.poll_ms;
+        o.call_stacks = self.call_stacks;
+        o.call_graph = self.call_graph;
+        o.off_cpu = self.off_cpu;
+        o
     }
 }
 
-/// The interval, in 100 ns units, of `hz` samples a second (rounded to the nearest unit).
-pub fn interval_of_freq(hz: u32) -> u32 {
-    ((10_000_000 + u64::from(hz) / 2) / u64::from(hz)) as u32
+impl RecordArgs {
+    /// The engine's options for these arguments.
+    pub fn options(&self) -> RecordOptions {
+        let mut o = RecordOptions::command(self.command.iter().cloned());
+        o.kernel = self.kernel;
+        o.duration = self.duration;
+        o.profile = self.profile.options();
+        o.pid = self.pid.clone();
+        o
+    }
+}
+
+impl AttachArgs {
+    /// The engine's options for these arguments.
+    pub fn options(&self) -> AttachOptions {
+        let mut o = AttachOptions::pids(self.pid.iter().copied());
+        o.duration = self.duration;
+        o.profile = self.profile.options();
+        o
+    }
 }
 
 fn parse_expect_arg(s: &str) -> Result<Expectation, String> {

@@ -44,7 +44,7 @@ fn record_options() {
     );
     assert_eq!(
         (
-            r.profile.interval_for(ProfileSource::Time),
+            r.profile.options().interval_for(ProfileSource::Time),
             r.profile.bucket
         ),
         (Some(2000), Some(2))
@@ -115,13 +115,19 @@ fn intervals_for_every_source_or_one() {
         "--",
         "prog",
     ]);
-    assert_eq!(r.profile.interval_for(ProfileSource::Time), Some(2000));
-    assert_eq!(r.profile.interval_for(ProfileSource::PageFaults), Some(16));
-    assert_eq!(r.profile.interval_for_unused_source(), None);
-    let r = record(&["--interval", "TotalIssues:5", "--", "prog"]);
-    assert_eq!(r.profile.interval_for(ProfileSource::Time), None);
     assert_eq!(
-        r.profile.interval_for_unused_source(),
+        r.profile.options().interval_for(ProfileSource::Time),
+        Some(2000)
+    );
+    assert_eq!(
+        r.profile.options().interval_for(ProfileSource::PageFaults),
+        Some(16)
+    );
+    assert_eq!(r.profile.options().interval_for_unused_source(), None);
+    let r = record(&["--interval", "TotalIssues:5", "--", "prog"]);
+    assert_eq!(r.profile.options().interval_for(ProfileSource::Time), None);
+    assert_eq!(
+        r.profile.options().interval_for_unused_source(),
         Some(ProfileSource::TotalIssues)
     );
     assert!(parse_interval_arg("nosuch=5").is_err());

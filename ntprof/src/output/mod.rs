@@ -6,10 +6,9 @@
 //! that output quietly as other Unix tools do.
 
 #[cfg(test)]
-pub(crate) mod fixture;
-mod flame;
-mod pprof;
-mod table;
+pub(crate) use ntprof_engine::output::fixture;
+pub use ntprof_engine::output::json;
+use ntprof_engine::output::{flame, pprof, table};
 
 use std::fs::File;
 use std::io::{self, IsTerminal, Write};
@@ -167,14 +166,6 @@ pub fn write_stdout(bytes: &[u8]) -> Result<(), String> {
         Ok(()) | Err(WriteError::BrokenPipe) => Ok(()),
         Err(WriteError::Failed(msg)) => Err(msg),
     }
-}
-
-/// The JSON document of a report (the versioned schema), with a final newline.
-pub fn json(report: &Report) -> Result<Vec<u8>, String> {
-    let mut bytes = serde_json::to_vec_pretty(report)
-        .map_err(|e| format!("cannot encode the JSON report: {e}"))?;
-    bytes.push(b'\n');
-    Ok(bytes)
 }
 
 /// The flame graph outputs: `path` for the first source, `path` with `.SOURCE` before the extension for the others.

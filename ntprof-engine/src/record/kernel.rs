@@ -1,0 +1,158 @@
+//! `ntprof record --kernel [--duration S | -- CMD]`: a system-wide sampler with kernel samples, resolved against
+//! the kernel's text and its modules (kallsyms).
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::kill;
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use ntprofile::sampler_clock_ns;
+
+use super::session::{ROUND, Session, Targets};
+use super::{
+    EXIT_FAILURE, EXIT_USAGE, Failure, Outcome, PROGRESS_EVERY, kernel_privilege_message, launch,
+};
+use crate::collect;
+use crate::options::RecordOptions;
+use crate::progress::Progress;
+use crate::symbols::{KERNEL_MODULE, Kallsyms};
+use crate::tree::space::ModuleKind;
+
+/// `ntprof record --kernel`.
+pub fn record_kernel(args: &RecordOptions, progress: &dyn Progress) -> Result<Outcome, Failure> {
+    if args.duration.is_some() && !args.command.is_empty() {
+        return Err(Failure::new(
+            EXIT_USAGE,
+            "give either --duration or a command to 'record --kernel', not both",
+        ));
+    }
+    let (_set, sigfd) = launch::block_signals()?;
+    let started_at = collect::now_rfc3339();
+    let kallsyms = Kallsyms::load().map_err(|e| Failure::new(EXIT_FAILURE, e))?;
+    // The privilege is checked by the library when the global kernel sampler is created.
+    let mut session = Session::open(Targets::Global, &args.profile, true, false)?;
+    let Some((stext, etext)) = kallsyms.text else {
+        return Err(Failure::new(
+            EXIT_FAILURE,
+            format!(
+                "/proc/kallsyms shows no kernel addresses (kernel.kptr_restrict hides them).\n  {}",
+                kernel_privilege_message()
+            ),
+        ));
+    };
+    add_kernel_modules(&mut session, &kallsyms, stext, etext);
+    if let Some(w) = super::unmatched_warning(&session) {
+        return Err(Failure::new(
+            EXIT_USAGE,
+            format!("{w}\n  Fix: --module takes a name from that list"),
+        ));
+    }
+    session.tracker.run_start_ns = sampler_clock_ns();
+    session.enable()?;
+    let t0 = Instant::now();
+    let what = if args.command.is_empty() {
+        "record --kernel".to_string()
+    } else {
+        format!("record --kernel: {}", args.command.join(" "))
+    };
+    progress.start(&what);
+    let child = match args.command.first() {
+        Some(_) => Some(launch::start(&args.command, false)?),
+        None => None,
+    };
+    let (ended_by, exit) = wait_kernel(
+        &mut session,
+        child.as_ref(),
+        &sigfd,
+        args.duration,
+        progress,
+        t0,
+    )?;
+    let duration = t0.elapsed();
+    session.finish()?;
+    progress.finish();
+    let recorder_cpu_s = launch::own_cpu();
+    let mut run = collect::run_info("kernel", args.command.clone(), None, started_at);
+    run.duration_s = duration.as_secs_f64();
+    run.recorder_cpu_ms = recorder_cpu_s * 1e3;
+    run.recorder_rounds = session.rounds;
+    run.exit_status = exit;
+    run.ended_by = ended_by.into();
+    run.cpus = args.profile.cpus.as_ref().map(|c| c.0.clone());
+    run.bucket_log2 = args.profile.bucket.unwrap_or(0);
+    run.follow_children = false;
+    run.expected = args.profile.expect.clone();
+    run.notes.push(
+        "system-wide kernel profile: samples of every process in user space, and in kernel memory outside \
+         the kernel's text and its modules, count as outside"
+            .into(),
+    );
+    let report = super::finish_report(&session, run, Some(&kallsyms), &Vec::new());
+    Ok(Outcome {
+        report,
+        exit: exit.map_or(0, |c| c.clamp(0, 255) as u8),
+        warning: None,
+    })
+}
+
+/// The kernel's text and its loaded modules, as ranges valid in every process.
+fn add_kernel_modules(session: &mut Session, kallsyms: &Kallsyms, stext: u64, etext: u64) {
+    let mut kernel_modules = vec![(KERNEL_MODULE.to_string(), stext, etext - stext)];
+    kernel_modules.extend(kallsyms.loaded.iter().cloned());
+    for (name, start, size) in kernel_modules {
+        let path = if name == KERNEL_MODULE {
+            "[kernel.kallsyms]".to_string()
+        } else {
+            format!("[module {name}]")
+        };
+        session.tracker.add_fixed(
+            &name,
+            &path,
+            ModuleKind::Kernel(name.clone()),
+            start,
+            start + size,
+        );
+    }
+}
+
+/// Read rounds until the command exits (forwarding signals), Ctrl-C, or `--duration`; returns why the run ended
+/// and the command's exit status.
+fn wait_kernel(
+    session: &mut Session,
+    child: Option<&launch::Stopped>,
+    sigfd: &nix::sys::signalfd::SignalFd,
+    duration: Option<f64>,
+    progress: &dyn Progress,
+    t0: Instant,
+) -> Result<(&'static str, Option<i32>), Failure> {
+    let deadline = duration.map(|d| t0 + Duration::from_secs_f64(d));
+    let mut last_progress = Instant::now();
+    loop {
+        let left = deadline.map_or(ROUND, |d| {
+            d.saturating_duration_since(Instant::now()).min(ROUND)
+        });
+        session.round(left)?;
+        if let Some(c) = child {
+            match waitpid(c.pid, Some(WaitPidFlag::WNOHANG)) {
+                Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => {
+                    return Ok(("exited", launch::exit_code(st)));
+                }
+                Ok(_) => {}
+                Err(e) => return Err(Failure::new(EXIT_FAILURE, format!("waitpid: {e}"))),
+            }
+            while let Some((sig, from_process)) = launch::pending_signal(sigfd) {
+                if from_process {
+                    let _ = kill(c.pid, sig);
+                }
+            }
+        } else if launch::pending_signal(sigfd).is_some() {
+            return Ok(("interrupted", None));
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(("duration", None));
+        }
+        if last_progress.elapsed() >= PROGRESS_EVERY {
+            progress.update(t0.elapsed(), &session.progress());
+            last_progress = Instant::now();
+        }
+    }
+}

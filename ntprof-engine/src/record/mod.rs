@@ -1,0 +1,413 @@
+//! `ntprof record` / `ntprof attach` / `ntprof record --kernel`: start or find the targets, sample them and every
+//! process they start through the library's sampler, follow the tree and its mappings from the kernel's own
+//! records, and build the report.
+//!
+//! **From the first instruction.** `record` starts CMD under `PTRACE_TRACEME`: the kernel stops it right after
+//! `execve`, before its first instruction. There the sampler is opened on it (following its children unless
+//! `--no-inherit`) and enabled, its current mappings (executable, dynamic loader, vdso) are read from
+//! `/proc/PID/maps`, and ntprof detaches. From then on the kernel reports every mapping (libraries, `dlopen`,
+//! JIT code), fork, exec and exit as it happens: nothing is polled.
+//!
+//! **Signals.** SIGINT and SIGTERM are blocked in ntprof and read from a signalfd: during `record` they are
+//! forwarded to CMD (a Ctrl-C at the terminal reaches CMD directly and is not sent twice), during `attach` and a
+//! command-less `--kernel` they end the run, which is then reported.
+//!
+//! The rooms: [`launch`] starts and stops the command, [`session`] samples and reads, [`crate::tree`] follows
+//! the processes and their mappings, [`crate::collect`] builds the report, [`notes`] explains it.
+
+mod attach;
+mod kernel;
+mod launch;
+mod notes;
+mod precheck;
+mod session;
+
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::kill;
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use ntprofile::{NtStatus, sampler_clock_ns};
+
+pub use attach::attach;
+
+use crate::collect::{self, Endings};
+use crate::options::CallGraph;
+use crate::options::{AttachOptions, RecordOptions};
+use crate::progress::Progress;
+use crate::report::{Report, RunInfo, SCHEMA_VERSION};
+use crate::symbols::Kallsyms;
+use crate::tree::{procs, space};
+use session::{ROUND, Session, Targets};
+
+/// A failure with the exit status ntprof ends with.
+#[derive(Debug)]
+pub struct Failure {
+    /// What went wrong and how to fix it.
+    pub message: String,
+    /// The exit status.
+    pub code: u8,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+impl Failure {
+    fn new(code: u8, message: impl Into<String>) -> Failure {
+        Failure {
+            message: message.into(),
+            code,
+        }
+    }
+}
+
+/// Exit status for a failure of the run itself (not of the user's options).
+const EXIT_FAILURE: u8 = 1;
+/// Exit status for a bad command line (clap's too).
+const EXIT_USAGE: u8 = 2;
+/// The shell's status for a command that cannot be found.
+const EXIT_NOT_FOUND: u8 = 127;
+/// The shell's status for a command that cannot be executed.
+const EXIT_NOT_EXECUTABLE: u8 = 126;
+/// How often progress is updated.
+const PROGRESS_EVERY: Duration = Duration::from_millis(250);
+
+/// The outcome of a run: the report and ntprof's exit status.
+pub struct Outcome {
+    /// The report.
+    pub report: Report,
+    /// The exit status ntprof should end with (CMD's for `record`).
+    pub exit: u8,
+    /// A message to print after the report (with exit status 2 if set and the run itself succeeded).
+    pub warning: Option<String>,
+}
+
+/// The message for a kernel profile refused for lack of privilege.
+pub fn kernel_privilege_message() -> String {
+    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unreadable".into());
+    format!(
+        "profiling the kernel needs CAP_PERFMON (or CAP_SYS_ADMIN, or root), or \
+         kernel.perf_event_paranoid <= 1 (it is {paranoid} here).\n  \
+         Fix: run ntprof as root, or 'sudo setcap cap_perfmon+ep ntprof', or \
+         'sudo sysctl kernel.perf_event_paranoid=1'"
+    )
+}
+
+/// A library error, with the fix.
+fn explain(what: &str, err: &ntprofile::Error, pid: Option<u32>) -> Failure {
+    let status = err.status();
+    let base = format!("{what}: {err}");
+    if status == NtStatus::PRIVILEGE_NOT_HELD {
+        return Failure::new(EXIT_FAILURE, kernel_privilege_message());
+    }
+    if status == NtStatus::ACCESS_DENIED {
+        let who = pid.map_or(String::new(), |p| format!(" process {p}"));
+        // The owner's own process may be closed to them too: a process that made itself non-dumpable.
+        let why = match pid.and_then(real_uid) {
+            Some(uid) if uid == nix::unistd::geteuid().as_raw() => {
+                "it is this user's, but made itself non-dumpable (prctl PR_SET_DUMPABLE 0), changed its \
+                 credentials or runs a set-uid program"
+            }
+            _ => "it belongs to another user (or kernel.yama.ptrace_scope forbids it)",
+        };
+        return Failure::new(
+            EXIT_FAILURE,
+            format!(
+                "{base}\n  not allowed to profile{who}: {why}.\n  Fix: run ntprof as the process's owner, or as \
+                 root / with CAP_PERFMON"
+            ),
+        );
+    }
+    if status == NtStatus::INVALID_CID {
+        let p = pid.map_or(String::new(), |p| format!(" {p}"));
+        return Failure::new(
+            EXIT_FAILURE,
+            format!("no such process{p} (is the pid right? 'ps -e' lists them)"),
+        );
+    }
+    if status == NtStatus::NOT_SUPPORTED {
+        return Failure::new(EXIT_USAGE, format!("{base}\n  see 'ntprof sources'"));
+    }
+    if status == NtStatus::INSUFFICIENT_RESOURCES {
+        return Failure::new(
+            EXIT_FAILURE,
+            format!(
+                "{base}\n  out of file descriptors or perf ring memory: raise the hard descriptor limit \
+                 ('ulimit -Hn', systemd LimitNOFILE=; ntprof raises the soft one to it), 'ulimit -l' or \
+                 kernel.perf_event_mlock_kb"
+            ),
+        );
+    }
+    Failure::new(EXIT_FAILURE, base)
+}
+
+/// The real user of process `pid` (`/proc/PID/status`, readable by everyone).
+fn real_uid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// The report of a finished session.
+fn finish_report(
+    session: &Session,
+    mut run: RunInfo,
+    kallsyms: Option<&Kallsyms>,
+    endings: &Endings,
+) -> Report {
+    let bucket = run.bucket_log2;
+    run.events = session.events.clone();
+    let (processes, sources, spent, object_notes) = collect::build(
+        &session.tracker,
+        &session.infos,
+        kallsyms,
+        run.duration_s,
+        bucket,
+        endings,
+    );
+    run.symbolize_ms = spent.as_secs_f64() * 1000.0;
+    let t = &session.tracker;
+    if let Some(w) = &session.off_cpu {
+        run.notes.extend(crate::collect::offcpu::notes(w));
+    }
+    run.call_graph = t.call_graph.map(|g| match g {
+        CallGraph::Fp => "fp".to_string(),
+        CallGraph::Dwarf(size) => format!("dwarf,{size}"),
+    });
+    if let Some(g) = t.call_graph {
+        // The CPU samples only: the off-CPU sources count nanoseconds, and their stacks have their own note.
+        let walked: u64 = t
+            .sources
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| {
+                t.waits
+                    .as_ref()
+                    .is_none_or(|w| *i != w.voluntary && *i != w.preempted)
+            })
+            .map(|(_, s)| s.samples)
+            .sum();
+        if t.unwinding.truncated > 0 {
+            let how = match g {
+                CallGraph::Fp => {
+                    "the frame-pointer chain left the executable mappings (code built without frame pointers: try --call-graph dwarf) or reached the kernel's frame limit"
+                }
+                CallGraph::Dwarf(_) => {
+                    "the stack copy ran out (a larger --call-graph dwarf,SIZE keeps more), a return address was in no executable mapping, or the module had no unwind information for it"
+                }
+            };
+            run.notes.push(format!(
+                "{} of {walked} call stacks are truncated ([truncated] at their root): {how}",
+                t.unwinding.truncated
+            ));
+        }
+        if let Some((waits, cut)) = t.waits.as_ref().map(|w| w.stacks)
+            && cut > 0
+        {
+            run.notes.push(format!(
+                "{cut} of {waits} off-CPU waits have a truncated stack ([truncated] at their root): a blocked \
+                 thread's stack is unwound with CFI from a copy of it, which ran out (--call-graph dwarf,SIZE \
+                 copies more than the {} bytes of the default), or a return address was in no executable \
+                 mapping, or its module had no unwind information for it",
+                crate::offcpu::DEFAULT_STACK_BYTES
+            ));
+        }
+    }
+    let off_cpu = session
+        .off_cpu
+        .as_ref()
+        .and_then(|w| crate::collect::offcpu::build(t, w, &processes));
+    run.notes.extend(object_notes);
+    run.jit = t.jit.reports.clone();
+    run.notes
+        .extend(crate::tree::jitdump::JitState::notes(&run.jit));
+    Report {
+        schema_version: SCHEMA_VERSION,
+        tool: format!("ntprof {}", env!("CARGO_PKG_VERSION")),
+        run,
+        processes,
+        sources,
+        off_cpu,
+    }
+}
+
+/// The `--module` names no mapping matched, as the warning printed after the report.
+fn unmatched_warning(session: &Session) -> Option<String> {
+    let f = &session.tracker.filter;
+    let missing = f.unmatched();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "unknown module {}: no such module was mapped (modules seen: {})",
+            missing.join(", "),
+            f.seen.iter().cloned().collect::<Vec<_>>().join(", ")
+        )
+    })
+}
+
+/// Record `args.command` and every process it starts (unless `profile.no_inherit`) from its first instruction
+/// to its exit; or, with `args.kernel`, the kernel (for as long as the command runs, else for
+/// `args.duration` or until SIGINT/SIGTERM); or, with `args.pid`, running processes as [`attach`] does.
+///
+/// Blocks until the run ends. SIGINT and SIGTERM are blocked in the calling thread and read from a signalfd
+/// (they stay blocked when it returns): while a command runs they are forwarded to it, otherwise they end the
+/// run. `progress` is told of the run a few times a second. The [`Outcome`] holds the report and the exit
+/// status the command ended with (`ntprof` ends with it); a [`Failure`] says what went wrong and the exit status
+/// for it (2: a usage error, 127/126: the command cannot be found or run, 1: anything else).
+///
+/// ```no_run
+/// use ntprof_engine::options::{CallGraph, RecordOptions};
+/// use ntprof_engine::{progress::NoProgress, record};
+///
+/// let mut options = RecordOptions::command(["make", "-j2"]);
+/// options.profile.call_graph = Some(CallGraph::Fp);
+/// let outcome = record::record(&options, &NoProgress)?;
+/// println!("{} processes", outcome.report.processes.len());
+/// # Ok::<(), record::Failure>(())
+/// ```
+pub fn record(args: &RecordOptions, progress: &dyn Progress) -> Result<Outcome, Failure> {
+    if !args.pid.is_empty() {
+        return record_pids(args, progress);
+    }
+    if args.kernel {
+        return kernel::record_kernel(args, progress);
+    }
+    if args.duration.is_some() {
+        return Err(Failure::new(
+            EXIT_USAGE,
+            "--duration applies to 'record --kernel' and 'attach'; 'record -- CMD' runs until CMD exits",
+        ));
+    }
+    if args.command.is_empty() {
+        return Err(Failure::new(
+            EXIT_USAGE,
+            "no command to record: 'ntprof record [OPTIONS] -- CMD [ARGS...]'",
+        ));
+    }
+    // Signals first: the library may start threads, which must inherit the blocked mask.
+    let (_set, sigfd) = launch::block_signals()?;
+    session::check_sources(&args.profile)?;
+    precheck::check_modules(&args.profile.modules, &args.command)?;
+    let started_at = collect::now_rfc3339();
+    let cmd = launch::start(&args.command, true)?;
+    let pid_u = cmd.pid.as_raw() as u32;
+    let mut session = match start_session(pid_u, args) {
+        Ok(s) => s,
+        Err(f) => {
+            cmd.kill();
+            return Err(f);
+        }
+    };
+    let executable = std::fs::read_link(format!("/proc/{pid_u}/exe"))
+        .ok()
+        .map(|p| p.to_string_lossy().into_owned());
+    session.tracker.run_start_ns = sampler_clock_ns();
+    let t0 = Instant::now();
+    cmd.resume()?;
+
+    progress.start(&format!("record: {}", args.command.join(" ")));
+    let status = run_until_exit(&mut session, &cmd, &sigfd, progress, t0)?;
+    let duration = t0.elapsed();
+    session.finish()?;
+    progress.finish();
+    let recorder_cpu_s = launch::own_cpu();
+    let cpu = launch::children_cpu();
+
+    let exit = launch::exit_code(status);
+    let mut run = collect::run_info("record", args.command.clone(), Some(pid_u), started_at);
+    run.duration_s = duration.as_secs_f64();
+    run.recorder_cpu_ms = recorder_cpu_s * 1e3;
+    run.recorder_rounds = session.rounds;
+    run.exit_status = exit;
+    run.ended_by = "exited".into();
+    run.executable = executable;
+    fill_common(&mut run, args);
+    run.notes = notes::user_notes(&session, 1);
+    run.explanations = notes::explanations(&session, run.duration_s, cpu, true);
+    let endings: Endings = exit
+        .map(|c| vec![(0, launch::ending(c))])
+        .unwrap_or_default();
+    let report = finish_report(&session, run, None, &endings);
+    let warning = unmatched_warning(&session);
+    Ok(Outcome {
+        report,
+        exit: exit.map_or(EXIT_FAILURE, |c| c.clamp(0, 255) as u8),
+        warning,
+    })
+}
+
+/// `ntprof record -p PID[,PID...]`: perf's spelling of `ntprof attach --pid`.
+fn record_pids(args: &RecordOptions, progress: &dyn Progress) -> Result<Outcome, Failure> {
+    if !args.command.is_empty() {
+        return Err(Failure::new(
+            EXIT_USAGE,
+            format!(
+                "-p/--pid attaches to running processes: give either -p PID or a command ('{}'), not both",
+                args.command.join(" ")
+            ),
+        ));
+    }
+    attach(
+        &AttachOptions {
+            pid: args.pid.clone(),
+            duration: args.duration,
+            profile: args.profile.clone(),
+        },
+        progress,
+    )
+}
+
+/// Read rounds until the command exits; forward the signals sent to ntprof; show progress.
+fn run_until_exit(
+    session: &mut Session,
+    cmd: &launch::Stopped,
+    sigfd: &nix::sys::signalfd::SignalFd,
+    progress: &dyn Progress,
+    t0: Instant,
+) -> Result<WaitStatus, Failure> {
+    let mut last_progress = Instant::now();
+    loop {
+        session.round(ROUND)?;
+        match waitpid(cmd.pid, Some(WaitPidFlag::WNOHANG)) {
+            Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => return Ok(st),
+            Ok(_) => {}
+            Err(e) => return Err(Failure::new(EXIT_FAILURE, format!("waitpid: {e}"))),
+        }
+        while let Some((sig, from_process)) = launch::pending_signal(sigfd) {
+            // The terminal's Ctrl-C reached CMD already (same process group); forward what was sent to us.
+            if from_process {
+                let _ = kill(cmd.pid, sig);
+            }
+        }
+        if last_progress.elapsed() >= PROGRESS_EVERY {
+            progress.update(t0.elapsed(), &session.progress());
+            last_progress = Instant::now();
+        }
+    }
+}
+
+/// The options every mode records the same way.
+fn fill_common(run: &mut RunInfo, args: &RecordOptions) {
+    run.cpus = args.profile.cpus.as_ref().map(|c| c.0.clone());
+    run.bucket_log2 = args.profile.bucket.unwrap_or(0);
+    run.follow_children = !args.profile.no_inherit;
+    run.expected = args.profile.expect.clone();
+}
+
+/// At the stop after `execve`: open and enable the samplers on the command, and take its current mappings.
+fn start_session(pid: u32, args: &RecordOptions) -> Result<Session, Failure> {
+    let mut session = Session::open(Targets::Pids(&[pid]), &args.profile, false, true)?;
+    session.enable()?;
+    let maps = space::read_executable_maps(pid)
+        .map_err(|e| Failure::new(EXIT_FAILURE, format!("cannot read /proc/{pid}/maps: {e}")))?;
+    let comm = procs::comm(pid).unwrap_or_else(|| args.command[0].clone());
+    session
+        .tracker
+        .add_process(pid, std::process::id(), &comm, &maps, 0);
+    Ok(session)
+}

@@ -1,0 +1,409 @@
+//! A sampling session: one sampler per source on the targets (following their children unless
+//! `--no-inherit`), read in rounds; each round's records are put in time order and applied to the model of the
+//! run ([`Tracker`]).
+
+use std::time::{Duration, Instant};
+
+use ntprofile::{ProfileSource, SampleRecord, Sampler, sampler_clock_ns};
+
+use super::{EXIT_USAGE, Failure, explain};
+use crate::collect::SourceInfo;
+use crate::offcpu::OffCpu;
+use crate::options::{CallGraph, ProfileOptions};
+use crate::progress::SourceProgress;
+use crate::tree::order::Order;
+use crate::tree::{Filter, Tracker};
+
+/// How long one round waits for data: the latency of noticing the command's exit and of progress.
+pub const ROUND: Duration = Duration::from_millis(100);
+/// How long a round waits at most while the tree is changing (a fork or an exec was read within [`BUSY_FOR`]):
+/// an exec record is read this soon after the exec, so that the new program's command line is read from
+/// `/proc` while it still runs (a compiler pass of a small file lives a few tens of milliseconds).
+const FAST_ROUND: Duration = Duration::from_millis(2);
+/// How long rounds stay fast after the last fork or exec read.
+const BUSY_FOR: Duration = Duration::from_secs(3);
+
+/// Who is sampled.
+#[derive(Clone, Copy)]
+pub enum Targets<'a> {
+    /// These processes (and, following, their children).
+    Pids(&'a [u32]),
+    /// These opened processes (and, following, their children).
+    Processes(&'a [ntprofile::Process]),
+    /// Every process (the kernel profile).
+    Global,
+}
+
+impl Targets<'_> {
+    /// `b` with these processes as its targets (a global profile names none).
+    fn add_to(&self, b: ntprofile::SamplerBuilder) -> ntprofile::SamplerBuilder {
+        match self {
+            Targets::Pids(pids) => pids.iter().fold(b, |b, &pid| b.pid(pid)),
+            Targets::Processes(procs) => procs.iter().fold(b, |b, p| b.process(p)),
+            Targets::Global => b,
+        }
+    }
+}
+
+/// The samplers of a run and the model they feed.
+pub struct Session {
+    samplers: Vec<Sampler>,
+    /// The sources, in command-line order.
+    pub infos: Vec<SourceInfo>,
+    /// The model of the run.
+    pub tracker: Tracker,
+    order: Order,
+    /// The off-CPU watcher (`--off-cpu`).
+    pub off_cpu: Option<OffCpu>,
+    /// The perf events of the CPU samplers, every source's together.
+    pub events: Option<crate::report::EventsInfo>,
+    /// Rounds are fast ([`FAST_ROUND`]) until then: a fork or an exec was read shortly before.
+    busy_until: Option<Instant>,
+    /// Rounds read so far (the recorder's fixed cost: a sleeping command costs one per [`ROUND`]).
+    pub rounds: u64,
+    /// The first target, whose first exec read is the recorded command's own (`record` starts the command
+    /// with an exec once the events are open): it starts nothing, so it does not make the rounds fast.
+    own_exec: Option<u32>,
+}
+
+/// Check the options that concern sources and processors; returns the distinct sources in order.
+pub fn check_sources(opts: &ProfileOptions) -> Result<Vec<ProfileSource>, Failure> {
+    if let Some(list) = &opts.cpus {
+        let online = ntprofile::affinity::online_cpus();
+        let offline: Vec<String> = list
+            .0
+            .iter()
+            .filter(|c| !online.contains(**c))
+            .map(usize::to_string)
+            .collect();
+        if !offline.is_empty() {
+            let on: Vec<String> = online.iter().map(|c| c.to_string()).collect();
+            return Err(Failure::new(
+                EXIT_USAGE,
+                format!(
+                    "--cpus: processor {} is not online (online: {})",
+                    offline.join(", "),
+                    on.join(",")
+                ),
+            ));
+        }
+    }
+    if opts.jitter > 0 {
+        return Err(Failure::new(
+            EXIT_USAGE,
+            format!(
+                "--jitter {}: 'record' and 'attach' sample with a fixed period, which cannot be jittered; the \
+                 period jitter is the library's, for NT profiles (NtSetJitter). Drop --jitter",
+                opts.jitter
+            ),
+        ));
+    }
+    if let Some(hz) = opts.freq {
+        if opts.intervals.iter().any(|i| i.source.is_none()) {
+            return Err(Failure::new(
+                EXIT_USAGE,
+                format!(
+                    "-F {hz} and --interval N both set the interval of the time sources: give one of them (or \
+                     --interval SOURCE=N for a source that counts events)"
+                ),
+            ));
+        }
+        if !opts
+            .sources
+            .iter()
+            .any(|s| s.interval_unit() == ntprofile::IntervalUnit::Time100ns)
+        {
+            return Err(Failure::new(
+                EXIT_USAGE,
+                format!(
+                    "-F {hz} sets how often time sources are sampled, and no source of this run is one: give \
+                     --interval N (events per sample) instead"
+                ),
+            ));
+        }
+    }
+    if let Some(source) = opts.interval_for_unused_source() {
+        let n = source.name();
+        return Err(Failure::new(
+            EXIT_USAGE,
+            format!("--interval {n}=...: {n} is not a source of this run (add --source {n})"),
+        ));
+    }
+    let mut unique: Vec<ProfileSource> = Vec::new();
+    for &s in &opts.sources {
+        if !unique.contains(&s) {
+            unique.push(s);
+        }
+    }
+    for &source in &unique {
+        let support = source.support();
+        if !support.is_supported() {
+            return Err(Failure::new(
+                EXIT_USAGE,
+                format!(
+                    "source {} ({:#x}) cannot be sampled on this machine: {}.\n  \
+                     Fix: pick a source that 'ntprof sources' lists as available here (Timer, task-clock, \
+                     page-faults, ...)",
+                    source.name(),
+                    source.to_raw(),
+                    support.reason()
+                ),
+            ));
+        }
+    }
+    Ok(unique)
+}
+
+impl Session {
+    /// Open (disabled) one sampler per source of `opts` on `targets`. Side-band records (mappings, execs,
+    /// forks, exits) come from the first sampler only: every round reads all samplers and orders their records
+    /// together, so the other sources' samples are resolved with the same model.
+    pub fn open(
+        targets: Targets<'_>,
+        opts: &ProfileOptions,
+        kernel: bool,
+        read_unknown: bool,
+    ) -> Result<Session, Failure> {
+        let sources = check_sources(opts)?;
+        let mut tracker = tracker_for(opts, sources.len(), read_unknown);
+        let follow = !opts.no_inherit;
+        let mut samplers = Vec::new();
+        let mut infos = Vec::new();
+        let first_pid = match targets {
+            Targets::Pids(p) => p.first().copied(),
+            Targets::Processes(p) => p.first().map(ntprofile::Process::pid),
+            Targets::Global => None,
+        };
+        for (i, &source) in sources.iter().enumerate() {
+            let mut b = Sampler::builder()
+                .source(source)
+                .kernel(kernel)
+                .sideband(i == 0 && !matches!(targets, Targets::Global))
+                .inherit(follow && !matches!(targets, Targets::Global));
+            b = match targets {
+                Targets::Global => b.global(),
+                _ => targets.add_to(b),
+            };
+            if let Some(interval) = opts.interval_for(source) {
+                b = b.interval(interval);
+            }
+            if let Some(list) = &opts.cpus {
+                b = b.cpus(list.0.iter().copied());
+            }
+            b = match opts.call_graph() {
+                None => b,
+                // The kernel's limit (perf_event_max_stack) caps it.
+                Some(CallGraph::Fp) => b.callchain(u16::MAX),
+                // The user stack is unwound here; the kernel's part of a stack only the kernel can walk.
+                Some(CallGraph::Dwarf(bytes)) => {
+                    let b = b.user_stack(bytes);
+                    if kernel { b.callchain(u16::MAX) } else { b }
+                }
+            };
+            let sampler = b
+                .build()
+                .map_err(|e| explain("creating the sampler", &e, first_pid))?;
+            // The sampler keeps a fixed period (the library's jitter drives NT profiles' events only, and
+            // `check_sources` refused --jitter).
+            infos.push(SourceInfo {
+                source,
+                interval: sampler.interval(),
+                jitter: 0,
+            });
+            samplers.push(sampler);
+        }
+        let off_cpu = match (opts.off_cpu, targets) {
+            (false, _) => None,
+            (true, Targets::Global) => {
+                return Err(Failure::new(
+                    EXIT_USAGE,
+                    "--off-cpu follows processes: give a command or --pid, not a system-wide --kernel profile",
+                ));
+            }
+            (true, Targets::Pids(_) | Targets::Processes(_)) => {
+                // The same targets as the CPU samplers: an opened process (a descendant found at an attach)
+                // that exits meanwhile is still a process, where its pid would no longer open.
+                let add = |b: ntprofile::SamplerBuilder| targets.add_to(b);
+                tracker.enable_waits();
+                let cpus = opts.cpus.as_ref().map(|c| c.0.as_slice());
+                Some(
+                    OffCpu::start(&add, follow, opts.call_graph(), cpus)
+                        .map_err(|e| explain("starting the off-CPU recording", &e, first_pid))?,
+                )
+            }
+        };
+        let events = samplers.first().map(|first| {
+            let usage: Vec<ntprofile::EventUsage> =
+                samplers.iter().map(Sampler::event_usage).collect();
+            crate::report::EventsInfo {
+                mode: first.event_usage().mode.name().to_string(),
+                descriptors: usage.iter().map(|u| u.descriptors as u64).sum(),
+                rings: usage.iter().map(|u| u.rings as u64).sum(),
+                ring_bytes: usage.iter().map(|u| u.ring_bytes as u64).sum(),
+            }
+        });
+        Ok(Session {
+            events,
+            samplers,
+            infos,
+            tracker,
+            order: Order::default(),
+            off_cpu,
+            busy_until: None,
+            rounds: 0,
+            own_exec: first_pid,
+        })
+    }
+
+    /// Start sampling. Rounds are slow ([`ROUND`]) until a fork or an exec is read: a command that starts
+    /// nothing costs one round per [`ROUND`].
+    pub fn enable(&mut self) -> Result<(), Failure> {
+        for s in &self.samplers {
+            s.enable()
+                .map_err(|e| explain("starting the sampler", &e, None))?;
+        }
+        Ok(())
+    }
+
+    /// One round: wait up to `timeout` for data, read every sampler, apply what is old enough.
+    pub fn round(&mut self, timeout: Duration) -> Result<(), Failure> {
+        self.rounds += 1;
+        let timeout = match self.busy_until {
+            Some(until) if Instant::now() < until => timeout.min(FAST_ROUND),
+            _ => timeout,
+        };
+        if let Some(first) = self.samplers.first() {
+            first
+                .wait(timeout)
+                .map_err(|e| explain("waiting for samples", &e, None))?;
+        }
+        let mut cutoff = sampler_clock_ns();
+        if let Some(w) = &self.off_cpu {
+            // Intervals arrive when they end: wait for the watcher to have handed over those before the cutoff.
+            cutoff = cutoff.min(w.done_until());
+            let order = &mut self.order;
+            w.drain(|i| order.push_interval(&i));
+        }
+        self.read_all()?;
+        let tracker = &mut self.tracker;
+        self.order.drain(cutoff, |time, event, names| {
+            tracker.apply(time, event, names)
+        });
+        tracker.read_wanted_lines();
+        Ok(())
+    }
+
+    /// Read every sampler once. An exec record has its process's command line read at once (see
+    /// [`Tracker::exec_read`]); a fork or an exec makes the next rounds fast.
+    fn read_all(&mut self) -> Result<(), Failure> {
+        let order = &mut self.order;
+        let tracker = &mut self.tracker;
+        let own_exec = &mut self.own_exec;
+        let mut changed = false;
+        for (i, s) in self.samplers.iter_mut().enumerate() {
+            s.read(|r| {
+                match *r {
+                    SampleRecord::Comm {
+                        pid,
+                        time,
+                        comm,
+                        exec: true,
+                        ..
+                    } => {
+                        tracker.exec_read(pid, time, comm);
+                        if *own_exec == Some(pid) {
+                            *own_exec = None;
+                        } else {
+                            changed = true;
+                        }
+                    }
+                    SampleRecord::Fork { pid, ppid, .. } if pid != ppid => changed = true,
+                    _ => {}
+                }
+                order.push(i as u8, r)
+            })
+            .map_err(|e| explain("reading the samples", &e, None))?;
+        }
+        if changed {
+            self.busy_until = Some(Instant::now() + BUSY_FOR);
+        }
+        Ok(())
+    }
+
+    /// Stop sampling, read what is left and apply everything.
+    pub fn finish(&mut self) -> Result<(), Failure> {
+        for s in &self.samplers {
+            let _ = s.disable();
+        }
+        if let Some(w) = &mut self.off_cpu {
+            w.stop();
+            let order = &mut self.order;
+            w.drain(|i| order.push_interval(&i));
+        }
+        self.read_all()?;
+        let tracker = &mut self.tracker;
+        self.order.drain(u64::MAX, |time, event, names| {
+            tracker.apply(time, event, names)
+        });
+        // JIT code named by time, now that the runtimes have written their dump files out.
+        self.tracker.resolve_jit();
+        // The library's own account of lost records and throttling, when it saw more than the records said.
+        for (s, counts) in self.samplers.iter().zip(&mut self.tracker.sources) {
+            let st = s.stats();
+            counts.lost = counts.lost.max(st.lost);
+            counts.throttled = counts.throttled.max(st.throttled);
+        }
+        Ok(())
+    }
+
+    /// True when every target and every process they started has exited (every event hung up).
+    pub fn targets_exited(&self) -> bool {
+        self.samplers.first().is_some_and(Sampler::targets_exited)
+    }
+
+    /// The counts so far, for the progress line.
+    pub fn progress(&self) -> Vec<SourceProgress> {
+        self.infos
+            .iter()
+            .zip(&self.tracker.sources)
+            .map(|(info, c)| {
+                let outside: u64 = c.outside.values().sum();
+                SourceProgress {
+                    name: info.source.name().to_string(),
+                    counted: c.samples - outside,
+                    outside,
+                    lost: c.lost,
+                }
+            })
+            .collect()
+    }
+}
+
+/// A model for a run of `opts` (`read_unknown`: a process first seen in a sample has its mappings read from
+/// `/proc`).
+fn tracker_for(opts: &ProfileOptions, sources: usize, read_unknown: bool) -> Tracker {
+    let filter = Filter {
+        modules: opts.modules.clone(),
+        ranges_only: !opts.ranges.is_empty(),
+        ..Filter::default()
+    };
+    let mut t = Tracker::new(
+        sources,
+        !opts.no_inherit,
+        read_unknown,
+        opts.bucket.unwrap_or(0),
+        filter,
+    );
+    t.call_graph = opts.call_graph();
+    for r in &opts.ranges {
+        let name = format!("range:{:#x}-{:#x}", r.start, r.end);
+        t.add_fixed(
+            &name,
+            "[range]",
+            crate::tree::space::ModuleKind::Range,
+            r.start,
+            r.end,
+        );
+    }
+    t
+}
