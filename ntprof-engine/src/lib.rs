@@ -35,6 +35,7 @@
 #![warn(missing_docs)]
 
 mod collect;
+pub mod diff;
 mod files;
 mod offcpu;
 pub mod options;
