@@ -1,5 +1,6 @@
-//! The recorder's fixed cost: a command that sleeps and starts nothing costs one read round per 100 ms (the
-//! fast rounds, every 2 ms, start only once a fork or an exec has been read). Rounds are counted, not CPU time,
+//! The recorder's fixed cost: a command that sleeps and starts nothing costs one read round per 100 ms (a
+//! fork, exec or mapping wakes the recorder for a round of its own, and rounds every 2 ms run only while a new
+//! program's command line is still to be read). Rounds are counted, not CPU time,
 //! so that the bound holds on a loaded machine: `run.recorder_rounds` of the JSON report. The command's end
 //! costs no extra rounds either: once its threads are gone the recorder waits for its exit rather than reading
 //! rounds that return at once (under load the exit completes long after the threads' events end, and 155 to

@@ -21,6 +21,7 @@ mod launch;
 mod notes;
 mod precheck;
 mod session;
+mod sideband;
 
 use std::time::{Duration, Instant};
 
