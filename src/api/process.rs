@@ -96,6 +96,24 @@ impl Process {
         self.inner.has_exited()
     }
 
+    /// Waits up to `timeout` (rounded up to a millisecond, at most 65 s) for the process to finish exiting;
+    /// true once it has. A caller that saw the process's threads end (its sampler's
+    /// [`targets_exited`](crate::Sampler::targets_exited)) waits here for the exit itself, which the kernel
+    /// completes a little later, instead of polling.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let mut child = std::process::Command::new("sleep").arg("0.05").spawn().unwrap();
+    /// let process = ntprofile::Process::open(child.id())?;
+    /// assert!(process.exited_within(Duration::from_secs(30)));
+    /// child.wait().unwrap();
+    /// # Ok::<(), ntprofile::Error>(())
+    /// ```
+    pub fn exited_within(&self, timeout: std::time::Duration) -> bool {
+        let ms = u16::try_from(timeout.as_nanos().div_ceil(1_000_000)).unwrap_or(u16::MAX);
+        self.inner.exited_within(ms)
+    }
+
     /// The shared internal reference (the same object a C process handle holds).
     pub(super) fn inner(&self) -> &Arc<ProcessRef> {
         &self.inner

@@ -90,6 +90,11 @@ impl Epoll {
         Ok(Epoll { fd })
     }
 
+    /// The epoll descriptor itself (readable while an event is pending: a set of sets can poll it).
+    pub fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
     /// Watch `fd` for input; `token` comes back with its events.
     pub fn add(&self, fd: RawFd, token: u64) -> Result<(), Errno> {
         let mut ev = libc::epoll_event {

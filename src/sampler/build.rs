@@ -359,6 +359,11 @@ fn event_params(
         context_switch: b.context_switches,
         read_lost: true,
     };
+    let params = if b.samples {
+        params
+    } else {
+        params.sideband_only()
+    };
     (interval, params, pages)
 }
 

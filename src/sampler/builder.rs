@@ -36,6 +36,7 @@ pub struct SamplerBuilder {
     pub(super) ring_pages: Option<usize>,
     pub(super) context_switches: bool,
     pub(super) wakeup_bytes: Option<usize>,
+    pub(super) samples: bool,
 }
 
 impl Default for SamplerBuilder {
@@ -54,6 +55,7 @@ impl Default for SamplerBuilder {
             ring_pages: None,
             context_switches: false,
             wakeup_bytes: None,
+            samples: true,
         }
     }
 }
@@ -168,6 +170,16 @@ impl SamplerBuilder {
     /// blocking point is read with [`read_blocked_thread`](crate::read_blocked_thread).
     pub fn context_switches(mut self, on: bool) -> Self {
         self.context_switches = on;
+        self
+    }
+
+    /// `false`: the events never sample (the kernel's dummy event, which counts nothing and costs nothing at a
+    /// context switch): a side-band-only sampler. With [`wakeup_bytes`](Self::wakeup_bytes)`(1)` its
+    /// [`wait`](Sampler::wait) returns at each mapping, exec, fork or exit, while another sampler of the same
+    /// targets (with [`sideband`](Self::sideband)`(false)`) takes the samples and is woken only as its rings
+    /// fill; [`Sampler::wait_any`] waits on both. Default `true`.
+    pub fn samples(mut self, on: bool) -> Self {
+        self.samples = on;
         self
     }
 

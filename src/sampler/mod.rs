@@ -224,6 +224,32 @@ impl Sampler {
         })
     }
 
+    /// Waits as [`wait`](Self::wait) does, on several samplers at once: until one of them would have ended its
+    /// wait (a ring at its watermark, every target of one gone, a wake-up of one) or the timeout. For a
+    /// side-band-only sampler woken at each record ([`SamplerBuilder::samples`]) beside the samplers that take
+    /// the samples. An empty list waits for the timeout.
+    ///
+    /// # Errors
+    /// `STATUS_INVALID_HANDLE` in a `fork()`ed child.
+    pub fn wait_any(samplers: &[&Sampler], timeout: Duration) -> Result<bool, Error> {
+        let mut wakers = Vec::with_capacity(samplers.len());
+        for s in samplers {
+            match s.prepare_wait()? {
+                None => return Ok(true),
+                Some(w) => wakers.push(w),
+            }
+        }
+        if wakers.is_empty() {
+            std::thread::sleep(timeout);
+            return Ok(false);
+        }
+        let sets: Vec<&wait::WaitSet> = wakers.iter().map(|w| &*w.0).collect();
+        Ok(match wait::wait_any(&sets, timeout) {
+            WaitEnd::Ready => true,
+            WaitEnd::Timeout | WaitEnd::Woken | WaitEnd::Closed => false,
+        })
+    }
+
     /// The first half of [`wait`](Self::wait), which needs the sampler: `None` when there is something to read
     /// already (a ring at its watermark, or every target gone), else the waker to wait on without the sampler.
     ///

@@ -146,6 +146,20 @@ impl WaitSet {
         }
     }
 
+    /// What a wait would return at once, without waiting: closed, woken, or a ring or hang-up seen meanwhile.
+    fn pending_end(&self) -> Option<WaitEnd> {
+        // Acquire (each flag): see `wait`.
+        if self.closed.load(Ordering::Acquire) {
+            Some(WaitEnd::Closed)
+        } else if self.woken.swap(false, Ordering::Acquire) {
+            Some(WaitEnd::Woken)
+        } else if self.ready.swap(false, Ordering::Acquire) || self.all_hung_up() {
+            Some(WaitEnd::Ready)
+        } else {
+            None
+        }
+    }
+
     fn wake(&self) {
         // Release: see `wait`.
         self.woken.store(true, Ordering::Release);
@@ -156,6 +170,57 @@ impl WaitSet {
         // Release: see `wait`.
         self.closed.store(true, Ordering::Release);
         self.waker.wake();
+    }
+}
+
+/// Wait on several sets at once, as [`WaitSet::wait`] waits on one: until one of them would have ended its
+/// wait. Their epoll descriptors are polled together; a set that polls readable is then polled (without
+/// waiting) as its own wait would, so that hang-ups are taken and wake-ups cleared the same way.
+pub(super) fn wait_any(sets: &[&WaitSet], timeout: Duration) -> WaitEnd {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    if let [one] = sets {
+        return one.wait(timeout);
+    }
+    let deadline = Instant::now().checked_add(timeout);
+    loop {
+        if let Some(end) = sets.iter().find_map(|s| s.pending_end()) {
+            return end;
+        }
+        let left = deadline.map_or(Duration::MAX, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        let ms = i32::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX);
+        let mut fds: Vec<PollFd<'_>> = sets
+            .iter()
+            .map(|s| PollFd::new(s.epoll.as_fd(), PollFlags::POLLIN))
+            .collect();
+        let n = poll(
+            &mut fds,
+            PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX),
+        )
+        .unwrap_or(0);
+        let readable: Vec<bool> = fds
+            .iter()
+            .map(|f| f.revents().is_some_and(|r| !r.is_empty()))
+            .collect();
+        let (mut ready, mut woken) = (false, false);
+        for (set, _) in sets.iter().zip(readable).filter(|(_, r)| n > 0 && *r) {
+            let (r, hung, w) = set.poll(0, true);
+            if w && !set.closed.load(Ordering::Acquire) {
+                set.waker.clear();
+            }
+            // A perf event reports a readable ring to one poll only: the poll of the epoll descriptor may
+            // have taken it, and the epoll wait then sees nothing. Readable with nothing but the eventfd is
+            // a wake-up; readable otherwise is a ring.
+            ready |= r || hung || !w;
+            woken |= w;
+        }
+        if ready {
+            return WaitEnd::Ready;
+        }
+        if !woken && (left.is_zero() || deadline.is_some_and(|d| Instant::now() >= d)) {
+            return WaitEnd::Timeout;
+        }
     }
 }
 

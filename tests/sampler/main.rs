@@ -24,6 +24,7 @@ mod common;
 mod blocked;
 mod errors;
 mod promises;
+mod sideband;
 mod stacks;
 mod stress;
 mod switches;

@@ -289,6 +289,13 @@ fn wait_attached(
         if launch::pending_signal(sigfd).is_some() {
             return Ok("interrupted");
         }
+        // Every followed thread has ended: rounds would return at once until the processes' exits complete
+        // (see `run_until_exit`); wait for those instead.
+        if session.targets_exited()
+            && let Some(p) = processes.iter().find(|p| !p.has_exited())
+        {
+            p.exited_within(left);
+        }
         // The given processes and the processes followed from them (those found at the attach, and those they
         // started since) have all exited.
         if processes.iter().all(Process::has_exited)

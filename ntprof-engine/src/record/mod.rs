@@ -21,6 +21,7 @@ mod launch;
 mod notes;
 mod precheck;
 mod session;
+mod sideband;
 
 use std::time::{Duration, Instant};
 
@@ -371,12 +372,23 @@ fn run_until_exit(
     t0: Instant,
 ) -> Result<WaitStatus, Failure> {
     let mut last_progress = Instant::now();
+    // The command's pidfd, to wait for its exit (`None` if it cannot be opened: the rounds then go on).
+    let process = ntprofile::Process::open(cmd.pid.as_raw() as u32).ok();
     loop {
         session.round(ROUND)?;
         match waitpid(cmd.pid, Some(WaitPidFlag::WNOHANG)) {
             Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => return Ok(st),
             Ok(_) => {}
             Err(e) => return Err(Failure::new(EXIT_FAILURE, format!("waitpid: {e}"))),
+        }
+        // Every thread of the tree has ended, but the command is not yet waitable (the kernel ends a thread's
+        // events before it reports the exit; on a loaded machine that can take a while). A round would return
+        // at once (nothing more can come) and the loop would spin, taking CPU from the very exit it waits for:
+        // wait for the exit itself.
+        if let Some(p) = &process
+            && session.targets_exited()
+        {
+            p.exited_within(ROUND);
         }
         while let Some((sig, from_process)) = launch::pending_signal(sigfd) {
             // The terminal's Ctrl-C reached CMD already (same process group); forward what was sent to us.

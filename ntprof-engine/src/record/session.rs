@@ -36,7 +36,7 @@ pub enum Targets<'a> {
 
 impl Targets<'_> {
     /// `b` with these processes as its targets (a global profile names none).
-    fn add_to(&self, b: ntprofile::SamplerBuilder) -> ntprofile::SamplerBuilder {
+    pub(super) fn add_to(&self, b: ntprofile::SamplerBuilder) -> ntprofile::SamplerBuilder {
         match self {
             Targets::Pids(pids) => pids.iter().fold(b, |b, &pid| b.pid(pid)),
             Targets::Processes(procs) => procs.iter().fold(b, |b, p| b.process(p)),
@@ -48,6 +48,10 @@ impl Targets<'_> {
 /// The samplers of a run and the model they feed.
 pub struct Session {
     samplers: Vec<Sampler>,
+    /// The side-band sampler, woken at each record (`None`: the first sampler carries the side-band).
+    sideband: Option<Sampler>,
+    /// An exec read in the last round whose command line was not set up yet: the next round is fast.
+    line_pending: bool,
     /// The sources, in command-line order.
     pub infos: Vec<SourceInfo>,
     /// The model of the run.
@@ -156,8 +160,9 @@ pub fn check_sources(opts: &ProfileOptions) -> Result<Vec<ProfileSource>, Failur
 
 impl Session {
     /// Open (disabled) one sampler per source of `opts` on `targets`. Side-band records (mappings, execs,
-    /// forks, exits) come from the first sampler only: every round reads all samplers and orders their records
-    /// together, so the other sources' samples are resolved with the same model.
+    /// forks, exits) come from a side-band sampler that wakes the wait at each record (`sideband`: a recorded
+    /// command), or else from the first sampler: every round reads all samplers and orders their records
+    /// together, so every source's samples are resolved with the same model.
     pub fn open(
         targets: Targets<'_>,
         opts: &ProfileOptions,
@@ -174,11 +179,12 @@ impl Session {
             Targets::Processes(p) => p.first().map(ntprofile::Process::pid),
             Targets::Global => None,
         };
+        let sideband = super::sideband::open(targets, follow);
         for (i, &source) in sources.iter().enumerate() {
             let mut b = Sampler::builder()
                 .source(source)
                 .kernel(kernel)
-                .sideband(i == 0 && !matches!(targets, Targets::Global))
+                .sideband(i == 0 && sideband.is_none() && !matches!(targets, Targets::Global))
                 .inherit(follow && !matches!(targets, Targets::Global));
             b = match targets {
                 Targets::Global => b.global(),
@@ -233,8 +239,11 @@ impl Session {
             }
         };
         let events = samplers.first().map(|first| {
-            let usage: Vec<ntprofile::EventUsage> =
-                samplers.iter().map(Sampler::event_usage).collect();
+            let usage: Vec<ntprofile::EventUsage> = samplers
+                .iter()
+                .chain(&sideband)
+                .map(Sampler::event_usage)
+                .collect();
             crate::report::EventsInfo {
                 mode: first.event_usage().mode.name().to_string(),
                 descriptors: usage.iter().map(|u| u.descriptors as u64).sum(),
@@ -245,6 +254,8 @@ impl Session {
         Ok(Session {
             events,
             samplers,
+            sideband,
+            line_pending: false,
             infos,
             tracker,
             order: Order::default(),
@@ -258,7 +269,7 @@ impl Session {
     /// Start sampling. Rounds are slow ([`ROUND`]) until a fork or an exec is read: a command that starts
     /// nothing costs one round per [`ROUND`].
     pub fn enable(&mut self) -> Result<(), Failure> {
-        for s in &self.samplers {
+        for s in self.sideband.iter().chain(&self.samplers) {
             s.enable()
                 .map_err(|e| explain("starting the sampler", &e, None))?;
         }
@@ -268,15 +279,19 @@ impl Session {
     /// One round: wait up to `timeout` for data, read every sampler, apply what is old enough.
     pub fn round(&mut self, timeout: Duration) -> Result<(), Failure> {
         self.rounds += 1;
-        let timeout = match self.busy_until {
-            Some(until) if Instant::now() < until => timeout.min(FAST_ROUND),
-            _ => timeout,
+        // With the side-band sampler a fork or an exec wakes the wait itself: rounds are fast only while a
+        // command line is still to be read. Without it, for a while after each fork or exec read.
+        let fast = match &self.sideband {
+            Some(_) => self.line_pending || self.tracker.wants_lines(),
+            None => self.busy_until.is_some_and(|until| Instant::now() < until),
         };
-        if let Some(first) = self.samplers.first() {
-            first
-                .wait(timeout)
-                .map_err(|e| explain("waiting for samples", &e, None))?;
-        }
+        let timeout = if fast {
+            timeout.min(FAST_ROUND)
+        } else {
+            timeout
+        };
+        let all: Vec<&Sampler> = self.sideband.iter().chain(&self.samplers).collect();
+        Sampler::wait_any(&all, timeout).map_err(|e| explain("waiting for samples", &e, None))?;
         let mut cutoff = sampler_clock_ns();
         if let Some(w) = &self.off_cpu {
             // Intervals arrive when they end: wait for the watcher to have handed over those before the cutoff.
@@ -300,7 +315,10 @@ impl Session {
         let tracker = &mut self.tracker;
         let own_exec = &mut self.own_exec;
         let mut changed = false;
-        for (i, s) in self.samplers.iter_mut().enumerate() {
+        let mut line_pending = false;
+        // The side-band sampler's records count as the first source's (its lost records are mappings lost).
+        let sideband = self.sideband.iter_mut().map(|s| (0usize, s));
+        for (i, s) in sideband.chain(self.samplers.iter_mut().enumerate()) {
             s.read(|r| {
                 match *r {
                     SampleRecord::Comm {
@@ -310,7 +328,7 @@ impl Session {
                         exec: true,
                         ..
                     } => {
-                        tracker.exec_read(pid, time, comm);
+                        line_pending |= !tracker.exec_read(pid, time, comm);
                         if *own_exec == Some(pid) {
                             *own_exec = None;
                         } else {
@@ -327,12 +345,13 @@ impl Session {
         if changed {
             self.busy_until = Some(Instant::now() + BUSY_FOR);
         }
+        self.line_pending = line_pending;
         Ok(())
     }
 
     /// Stop sampling, read what is left and apply everything.
     pub fn finish(&mut self) -> Result<(), Failure> {
-        for s in &self.samplers {
+        for s in self.sideband.iter().chain(&self.samplers) {
             let _ = s.disable();
         }
         if let Some(w) = &mut self.off_cpu {
@@ -358,7 +377,10 @@ impl Session {
 
     /// True when every target and every process they started has exited (every event hung up).
     pub fn targets_exited(&self) -> bool {
-        self.samplers.first().is_some_and(Sampler::targets_exited)
+        self.sideband
+            .as_ref()
+            .or(self.samplers.first())
+            .is_some_and(Sampler::targets_exited)
     }
 
     /// The counts so far, for the progress line.

@@ -180,11 +180,20 @@ impl Tracker {
 
     /// An exec record of process `pid` (to program `comm`, at `time`) was just read: its command line is read
     /// now, while the process is most likely still running that program, and kept for when the record is
-    /// applied.
-    pub fn exec_read(&mut self, pid: u32, time: u64, comm: &[u8]) {
-        if let Some(line) = procs::exec_cmdline(pid, comm) {
-            self.exec_lines.insert((pid, time), line);
+    /// applied. False when it could not be read yet (see [`wants_lines`](Self::wants_lines)).
+    pub fn exec_read(&mut self, pid: u32, time: u64, comm: &[u8]) -> bool {
+        match procs::exec_cmdline(pid, comm) {
+            Some(line) => {
+                self.exec_lines.insert((pid, time), line);
+                true
+            }
+            None => false,
         }
+    }
+
+    /// True while some running process's command line is still to be read (each round reads it again).
+    pub fn wants_lines(&self) -> bool {
+        !self.lines_wanted.is_empty()
     }
 
     /// Add a range valid in every process (a kernel module, a `--range`).
