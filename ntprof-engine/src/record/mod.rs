@@ -12,8 +12,8 @@
 //! forwarded to CMD (a Ctrl-C at the terminal reaches CMD directly and is not sent twice), during `attach` and a
 //! command-less `--kernel` they end the run, which is then reported.
 //!
-//! The rooms: [`launch`] starts and stops the command, [`session`] samples and reads, [`crate::tree`] follows
-//! the processes and their mappings, [`crate::collect`] builds the report, [`notes`] explains it.
+//! The rooms: `launch` starts and stops the command, `session` samples and reads, `crate::tree` follows
+//! the processes and their mappings, `crate::collect` builds the report, `notes` explains it.
 
 mod attach;
 mod kernel;

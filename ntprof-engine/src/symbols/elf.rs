@@ -230,7 +230,7 @@ impl ElfSymbolizer {
     }
 
     /// The `.eh_frame` function range `(start, end)` containing file virtual address `addr`: the function of an
-    /// address that no symbol covers (see [`super::fde`]).
+    /// address that no symbol covers (see `super::fde`).
     pub fn fde_function(&self, addr: u64) -> Option<(u64, u64)> {
         let mut lazy = self.lock();
         lazy.fdes

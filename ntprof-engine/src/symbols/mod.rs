@@ -13,22 +13,22 @@
 //! found by build-id (`/usr/lib/debug/.build-id/xx/yyyy.debug`) or by `.gnu_debuglink` (next to the object, in
 //! its `.debug/` directory, or under `/usr/lib/debug/` + the object's directory). Function names come from the
 //! symbol tables (`.symtab`, then `.dynsym`, of the object and of its debug file). Code that no symbol covers
-//! (a stripped program, a library's static functions) still has its functions' bounds in `.eh_frame` ([`fde`]):
+//! (a stripped program, a library's static functions) still has its functions' bounds in `.eh_frame` (`fde`):
 //! such a function is named by its start, `module+0xSTART`; an address outside every symbol and FDE is shown as
 //! `module+0xOFFSET`.
 //!
 //! **The vDSO** (`[vdso]`) is an ELF image without a file: ntprof's own copy, read from its memory, names it
-//! ([`vdso`]).
+//! (`vdso`).
 //!
 //! **The kernel** is symbolized from `/proc/kallsyms` (text symbols of the kernel and its loaded modules).
 //!
-//! **Speed.** Each module's symbol table is read once and indexed ([`table`]: sorted, one entry per address,
+//! **Speed.** Each module's symbol table is read once and indexed (`table`: sorted, one entry per address,
 //! binary search), names are demangled when a lookup returns them, and DWARF is opened and consulted only for
-//! addresses that need a line, with every answer cached per module ([`elf`]).
+//! addresses that need a line, with every answer cached per module (`elf`).
 //!
-//! Rooms: [`table`] (the index and the choice among aliases), [`elf`] (ELF objects, debug files, DWARF), [`fde`]
+//! Rooms: `table` (the index and the choice among aliases), `elf` (ELF objects, debug files, DWARF), `fde`
 //! (function bounds from `.eh_frame`),
-//! [`kernel`] (kallsyms).
+//! `kernel` (kallsyms).
 
 use std::borrow::Cow;
 use std::path::Path;

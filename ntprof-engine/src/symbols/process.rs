@@ -59,8 +59,8 @@ impl ProcessSymbolizer {
         Ok(s)
     }
 
-    /// Add a mapping (a non-executable one is ignored); it replaces the mappings it overlaps, as a new `mmap`
-    /// over old ones does.
+    /// Add a mapping (a non-executable one is ignored). It replaces what it overlaps, as a new `mmap` over old
+    /// mappings does: the parts of an old mapping outside it stay.
     pub fn add(&mut self, mapping: Mapping) {
         if !mapping.is_executable() || mapping.start >= mapping.end {
             return;
@@ -72,7 +72,24 @@ impl ProcessSymbolizer {
             .map(|(&start, _)| start)
             .collect();
         for start in overlapping {
-            self.maps.remove(&start);
+            let Some(old) = self.maps.remove(&start) else {
+                continue;
+            };
+            if old.start < mapping.start {
+                let left = Mapping {
+                    end: mapping.start,
+                    ..old.clone()
+                };
+                self.maps.insert(left.start, left);
+            }
+            if old.end > mapping.end {
+                let right = Mapping {
+                    start: mapping.end,
+                    offset: old.offset + (mapping.end - old.start),
+                    ..old
+                };
+                self.maps.insert(right.start, right);
+            }
         }
         self.maps.insert(mapping.start, mapping);
     }
@@ -156,4 +173,48 @@ fn module_name(path: &str) -> &str {
         .next()
         .filter(|n| !n.is_empty())
         .unwrap_or(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn code(start: u64, end: u64, offset: u64, path: &str) -> Mapping {
+        Mapping {
+            start,
+            end,
+            perms: "r-xp".into(),
+            offset,
+            path: path.into(),
+        }
+    }
+
+    #[test]
+    fn a_new_mapping_replaces_what_it_overlaps_and_keeps_the_rest() {
+        let mut s = ProcessSymbolizer::new();
+        s.add(code(0x1000, 0x4000, 0, "/nonexistent/a.so"));
+        s.add(code(0x6000, 0x8000, 0x2000, "/nonexistent/b.so"));
+        s.add(Mapping {
+            perms: "rw-p".into(),
+            ..code(0x9000, 0xa000, 0, "/nonexistent/data")
+        });
+        s.add(code(0x3000, 0x7000, 0, "/nonexistent/c.so"));
+        let maps: Vec<(u64, u64, u64, &str)> = s
+            .mappings()
+            .map(|m| (m.start, m.end, m.offset, m.path.as_str()))
+            .collect();
+        assert_eq!(
+            maps,
+            [
+                (0x1000, 0x3000, 0, "/nonexistent/a.so"),
+                (0x3000, 0x7000, 0, "/nonexistent/c.so"),
+                (0x7000, 0x8000, 0x3000, "/nonexistent/b.so"),
+            ]
+        );
+        // Objects that cannot be read are named by module and file offset; no mapping, [unknown].
+        assert_eq!(s.function(0x7010), "b.so+0x3010");
+        assert_eq!(s.function(0x3100), "c.so+0x100");
+        assert_eq!(s.function(0x9000), "[unknown]");
+        assert_eq!(s.mapping(0x8000), None);
+    }
 }

@@ -1,6 +1,6 @@
 //! Google's pprof format: `profile.proto`, gzipped.
 //!
-//! The messages ([`proto`]) are written from the public `profile.proto` (package `perftools.profiles`, proto3) with
+//! The messages (`proto`) are written from the public `profile.proto` (package `perftools.profiles`, proto3) with
 //! its field numbers, and encoded by prost. One pprof profile holds every source of the run: each source has two
 //! sample types (samples/count, and its own unit: nanoseconds for time sources, events otherwise), and each
 //! non-zero bucket becomes one sample whose values are non-zero only in its own source's columns, labelled with
