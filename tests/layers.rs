@@ -42,7 +42,8 @@ const LAYERS: &[&[&str]] = &[
 /// report model, the options, progress, file reading, off-CPU waits); names (`symbols`); call stacks (`unwind`,
 /// over the symbols' ELF reading); the model of the processes and their time-ordered records (`tree`); the
 /// off-CPU watcher (a source beside the samplers); the report built from the tree (`collect`) and the writers,
-/// which read the report alone (`output`); the recording session on top (`record`).
+/// which read the report alone (`output`); the recording session on top (`record`), and beside it the comparison of
+/// two profiles (`diff`, which reads them with the writers' formats).
 const ENGINE_LAYERS: &[&[&str]] = &[
     &["report", "options", "progress", "files", "waits"],
     &["symbols"],
@@ -50,7 +51,7 @@ const ENGINE_LAYERS: &[&[&str]] = &[
     &["tree"],
     &["offcpu"],
     &["collect", "output"],
-    &["record"],
+    &["record", "diff"],
 ];
 
 /// The source folders the length and doc-line rule covers: the library, the profiler engine, the CLI.

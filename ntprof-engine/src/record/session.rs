@@ -179,7 +179,11 @@ impl Session {
             Targets::Processes(p) => p.first().map(ntprofile::Process::pid),
             Targets::Global => None,
         };
-        let sideband = super::sideband::open(targets, follow);
+        // Only for a command `record` started (see `sideband::open`).
+        let sideband = match targets {
+            Targets::Pids(pids) => super::sideband::open(pids, follow),
+            _ => None,
+        };
         for (i, &source) in sources.iter().enumerate() {
             let mut b = Sampler::builder()
                 .source(source)

@@ -6,26 +6,21 @@
 
 use ntprofile::Sampler;
 
-use super::session::Targets;
-
 /// Data pages of each side-band ring: a record is read as soon as it is written, so a ring holds only what
 /// arrives while the recorder waits for a CPU (256 KiB: some 2,500 mapping records).
 const SIDEBAND_PAGES: usize = 64;
 
-/// The side-band sampler of a recorded command (`follow`: its children too), or `None` for other targets or
-/// when it cannot be opened (the caller then takes the side-band from its first CPU sampler, read in rounds).
+/// The side-band sampler of the processes of a recorded command, `pids` (`follow`: their children too), or
+/// `None` when it cannot be opened (the caller then takes the side-band from its first CPU sampler, read in rounds).
 /// Only a command `record` started: it has one thread when the events open, so the sampler costs one event
 /// per CPU; a running process attached to may have thousands of threads, and an event per thread and CPU
 /// more would halve the threads an attach can follow within the descriptor limit.
-pub fn open(targets: Targets<'_>, follow: bool) -> Option<Sampler> {
-    if !matches!(targets, Targets::Pids(_)) {
-        return None;
-    }
+pub fn open(pids: &[u32], follow: bool) -> Option<Sampler> {
     let b = Sampler::builder()
         .samples(false)
         .sideband(true)
         .inherit(follow)
         .ring_pages(SIDEBAND_PAGES)
         .wakeup_bytes(1);
-    targets.add_to(b).build().ok()
+    pids.iter().fold(b, |b, &pid| b.pid(pid)).build().ok()
 }
