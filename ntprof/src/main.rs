@@ -7,6 +7,7 @@
 
 mod args;
 mod demo;
+mod diff_cmd;
 mod output;
 mod progress;
 mod report_cmd;
@@ -75,6 +76,7 @@ fn main() -> ExitCode {
             drop(progress);
             report(result, &a.output)
         }
+        Command::Diff(a) => finish(diff_cmd::run(&a)),
         Command::Sources => finish(sources::run().and_then(|text| print(&text))),
         Command::Demo(opts) => {
             let mut written = Ok(());

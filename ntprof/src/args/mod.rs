@@ -42,7 +42,22 @@ pub enum Command {
     /// Render a saved JSON profile again (ntprof report FILE.json), in any format, without re-running.
     #[command(after_help = REPORT_AFTER_HELP)]
     Report(crate::report_cmd::ReportArgs),
+    /// Compare two profiles (JSON or pprof: two runs, or a run before and after a change): per function the
+    /// change of share and of time, the largest first, and a differential flame graph.
+    #[command(after_help = DIFF_AFTER_HELP)]
+    Diff(crate::diff_cmd::DiffArgs),
 }
+
+const DIFF_AFTER_HELP: &str = "\
+Examples:
+  ntprof record --json old.json -- ./prog      a run before the change
+  ntprof record --json new.json -- ./prog      and after it
+  ntprof diff old.json new.json                the functions whose share changed most, first
+  ntprof diff --flamegraph diff.svg old.pb.gz new.pb.gz   pprof profiles, and the differential flame graph
+  ntprof diff -s page-faults -n 0 old.json new.json       another source, every function
+
+The change is in percentage points of each profile's samples (counted and outside, as in the text report), so
+two runs of different lengths compare; the times are the samples times the interval.";
 
 const RECORD_AFTER_HELP: &str = "\
 Examples:

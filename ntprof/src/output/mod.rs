@@ -168,6 +168,14 @@ pub fn write_stdout(bytes: &[u8]) -> Result<(), String> {
     }
 }
 
+/// Write `bytes` to the file `path` (`-`: standard output), flushed to the disk; a failure names the file and why.
+pub fn write_path(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    match write_all(&Sink::of(Some(path)), bytes) {
+        Ok(()) | Err(WriteError::BrokenPipe) => Ok(()),
+        Err(WriteError::Failed(msg)) => Err(msg),
+    }
+}
+
 /// The flame graph outputs: `path` for the first source, `path` with `.SOURCE` before the extension for the others.
 fn flamegraphs(report: &Report, path: Option<&Path>) -> Vec<(Sink, Result<Vec<u8>, String>)> {
     if report.sources.is_empty() {

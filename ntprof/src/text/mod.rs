@@ -5,7 +5,7 @@
 //! A pure function of the [`Report`], so that `ntprof report FILE.json` renders a saved run the same way.
 
 mod escape;
-mod names;
+pub mod names;
 mod offcpu;
 mod processes;
 mod source;
