@@ -306,7 +306,9 @@ static void switch_records(void)
         printf("   attempt %d: %u Switch records of the child, %u voluntary intervals (%.3f ms), %u preempted; the "
                "child measured %.3f ms\n",
                attempt, (unsigned)seen.n, (unsigned)v.voluntary, sum_ms, (unsigned)v.preempted, child_slept / 1e6);
-        if (created != STATUS_SUCCESS || (sum_ms >= 180.0 && sum_ms <= 220.0 && v.long_voluntary == SLEEPS))
+        double child_ms_now = child_slept / 1e6;
+        if (created != STATUS_SUCCESS || (sum_ms >= 180.0 && sum_ms >= 0.9 * child_ms_now &&
+                                          sum_ms <= 1.1 * child_ms_now && v.long_voluntary == SLEEPS))
             break;
     }
     if (attempt > 5)
@@ -337,7 +339,10 @@ static void switch_records(void)
           "%u voluntary and %u preempted intervals of 35 ms or more (want %d voluntary)", (unsigned)v.long_voluntary,
           (unsigned)v.long_preempted, SLEEPS);
     double sum_ms = v.voluntary_ns / 1e6, child_ms = child_slept / 1e6;
-    CHECK("the voluntary off-CPU intervals add up to 200 ms (within 10 %)", sum_ms >= 180.0 && sum_ms <= 220.0,
+    /* At least the designed 200 ms (less 10 %); a woken thread that waits for a processor is still off it, so on
+     * a loaded machine the sum grows (243 ms was seen at load average 12): the upper bound is what the child
+     * measured around its own sleeps, below. */
+    CHECK("the voluntary off-CPU intervals add up to at least 200 ms (less 10 %)", sum_ms >= 180.0,
           "%.3f ms (attempt %d)", sum_ms, attempt);
     CHECK("... and to what the child measured around its sleeps (within 10 %)",
           child_ms >= 200.0 && sum_ms >= 0.9 * child_ms && sum_ms <= 1.1 * child_ms, "%.3f ms against %.3f ms",
