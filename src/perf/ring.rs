@@ -215,6 +215,13 @@ impl Ring {
         self.head().load(Ordering::Acquire) != self.tail().load(Ordering::Relaxed)
     }
 
+    /// The position up to which the ring was read (`data_tail`): the bytes a drain consumed are the difference
+    /// of this before and after it.
+    pub fn consumed(&self) -> u64 {
+        // Relaxed: only this thread writes `data_tail`.
+        self.tail().load(Ordering::Relaxed)
+    }
+
     /// Bytes waiting to be read, and the size of the data area: how full the ring is.
     pub fn fill(&self) -> (u64, u64) {
         // Acquire/Relaxed as in `has_data`.

@@ -28,11 +28,18 @@ const TASK_CLOCK: u32 = 0x1_0000;
 /// itself: build the shim, run the test again in a child process with it (`isolated_with`), remove it, and return
 /// false.
 pub(crate) fn in_shim_child(name: &str) -> bool {
+    in_shim_child_with(name, &[])
+}
+
+/// [`in_shim_child`] with more environment variables for the child (e.g. `NTPROFILE_EVENTS`).
+pub(crate) fn in_shim_child_with(name: &str, env: &[(&str, &str)]) -> bool {
     if is_isolated_child(name) {
         return true;
     }
     let so = build_shim();
-    isolated_with(name, &[("LD_PRELOAD", so.to_str().unwrap())]);
+    let mut all = vec![("LD_PRELOAD", so.to_str().unwrap())];
+    all.extend_from_slice(env);
+    isolated_with(name, &all);
     let _ = std::fs::remove_dir_all(so.parent().unwrap());
     false
 }
