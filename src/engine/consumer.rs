@@ -196,7 +196,7 @@ impl Consumer {
             }
             Msg::Sync { ack } => {
                 for s in self.streams.iter_mut() {
-                    s.drain();
+                    s.drain_exact();
                 }
                 ack
             }
@@ -229,7 +229,7 @@ impl Consumer {
     fn retire_rings(&mut self, stream: StreamId, keep: &[RawFd]) {
         if let Some(pos) = self.streams.iter().position(|s| s.id == stream) {
             let s = &mut self.streams[pos];
-            s.drain(); // the old events are disabled: this is their last word
+            s.drain_exact(); // the old events are disabled: this is their last word
             let (kept, retired): (Vec<CpuRing>, Vec<CpuRing>) =
                 s.rings.drain(..).partition(|r| keep.contains(&r.fd));
             s.rings = kept;
@@ -243,7 +243,7 @@ impl Consumer {
     /// Start counting for a profile on a stream.
     fn publish(&mut self, stream: StreamId, counts: Arc<Counts>, cpus: CpuSet) {
         if let Some(s) = self.stream(stream) {
-            s.drain(); // samples taken before the start do not belong to the new profile
+            s.drain_exact(); // samples taken before the start do not belong to the new profile
             s.active.push(Active::new(counts, cpus));
             s.rebuild_index();
         }
@@ -252,7 +252,7 @@ impl Consumer {
     /// Drain a stream, then stop counting for a profile (its buffer is not touched after this).
     fn unpublish(&mut self, stream: StreamId, profile: ProfileId) {
         if let Some(s) = self.stream(stream) {
-            s.drain();
+            s.drain_exact();
             s.active.retain(|a| a.counts.id != profile);
             s.rebuild_index();
         }
@@ -262,7 +262,7 @@ impl Consumer {
     fn remove_stream(&mut self, stream: StreamId) {
         if let Some(pos) = self.streams.iter().position(|s| s.id == stream) {
             let mut s = self.streams.swap_remove(pos);
-            s.drain();
+            s.drain_exact();
             for r in &s.rings {
                 self.epoll.remove(r.fd);
             }

@@ -278,14 +278,8 @@ impl<'a> Pass<'a> {
                         None => return Ok(()), // the thread exited meanwhile
                     };
                     self.ring_bytes += ring.map_len();
-                    self.rings.push(CpuRing {
-                        cpu: Some(cpu),
-                        ring,
-                        fd: fd.as_raw_fd(),
-                        lost_fd: -1,
-                        lost_records: 0,
-                        lost_counted: 0,
-                    });
+                    self.rings
+                        .push(CpuRing::new(Some(cpu), ring, fd.as_raw_fd(), -1));
                     self.owner[ci] = Some(self.fds.len());
                     fd
                 }

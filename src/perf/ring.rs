@@ -210,18 +210,21 @@ impl Ring {
 
     /// True when records are waiting.
     pub fn has_data(&self) -> bool {
-        // Acquire pairs with the kernel's release store of `data_head`; Relaxed for `data_tail`, which only this
-        // thread writes.
-        self.head().load(Ordering::Acquire) != self.tail().load(Ordering::Relaxed)
+        self.fill().0 != 0
+    }
+
+    /// Where the ring was read up to (`data_tail`; Relaxed: only this thread writes it).
+    pub fn consumed(&self) -> u64 {
+        self.tail().load(Ordering::Relaxed)
     }
 
     /// Bytes waiting to be read, and the size of the data area: how full the ring is.
     pub fn fill(&self) -> (u64, u64) {
-        // Acquire/Relaxed as in `has_data`.
+        // Acquire pairs with the kernel's release store of `data_head`.
         let used = self
             .head()
             .load(Ordering::Acquire)
-            .wrapping_sub(self.tail().load(Ordering::Relaxed));
+            .wrapping_sub(self.consumed());
         (used, self.mask + 1)
     }
 

@@ -28,21 +28,26 @@ const TASK_CLOCK: u32 = 0x1_0000;
 /// itself: build the shim, run the test again in a child process with it (`isolated_with`), remove it, and return
 /// false.
 pub(crate) fn in_shim_child(name: &str) -> bool {
+    in_shim_child_with(name, &[])
+}
+
+/// [`in_shim_child`] with more environment variables for the child (e.g. `NTPROFILE_EVENTS`).
+pub(crate) fn in_shim_child_with(name: &str, env: &[(&str, &str)]) -> bool {
     if is_isolated_child(name) {
         return true;
     }
-    let so = build_shim();
-    isolated_with(name, &[("LD_PRELOAD", so.to_str().unwrap())]);
+    // One shim test at a time, each with its own build of the shim, removed after its child ended: a shim
+    // shared by tests running in parallel was removed by the first to finish while another's child was still
+    // to preload it ("cannot open shared object file"), and gcc rewriting it under a running child gave "file
+    // too short".
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let so = build_shim_now();
+    let mut all = vec![("LD_PRELOAD", so.to_str().unwrap())];
+    all.extend_from_slice(env);
+    isolated_with(name, &all);
     let _ = std::fs::remove_dir_all(so.parent().unwrap());
     false
-}
-
-/// Build the shim into a fresh temporary directory, once per process; returns the library's path. Once: tests
-/// run in parallel, and gcc rewriting the library while another test's child preloads it gave "cannot be
-/// preloaded (file too short)".
-pub(crate) fn build_shim() -> PathBuf {
-    static SHIM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    SHIM.get_or_init(build_shim_now).clone()
 }
 
 fn build_shim_now() -> PathBuf {

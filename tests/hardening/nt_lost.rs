@@ -1,7 +1,10 @@
 //! The NT profiles' lost count is exact in the smallest ring they ever make (one data page, what the engine
 //! shrinks to when locked memory is short; forced here by the fault shim): counted + outside + lost equals the
 //! page faults an independent counting event saw, for a process whose threads fault faster than the consumer
-//! drains a page.
+//! drains a page. The same in the per-thread layout, where the threads (created after the start, all writing
+//! into the ring of the thread that created them) exit before the stop: there every drop the kernel counted is
+//! reported, and only the records of a ring whose kernel head stalled under writers on several processors at
+//! once (at most one ring's worth; docs/limits.md) may be missing.
 
 use std::ffi::{c_long, c_void};
 use std::io::Write;
@@ -14,15 +17,34 @@ use ntprofile::ffi::exports::{
 use ntprofile::profile::ProfileStats;
 use ntprofile::{NtStatus, ProfileSource};
 
-use crate::faults::{Shim, in_shim_child};
+use crate::faults::{Shim, in_shim_child_with};
 use crate::st;
 
 #[test]
 fn nt_lost_counts_are_exact_in_one_page_rings() {
     const NAME: &str = "nt_lost::nt_lost_counts_are_exact_in_one_page_rings";
-    if !in_shim_child(NAME) {
-        return;
+    if in_shim_child_with(NAME, &[("NTPROFILE_EVENTS", "thread-cpu")]) {
+        one_page_rings(0);
     }
+}
+
+/// Per-thread rings of one page, the threads created after the start and gone before the stop. Before the
+/// lost count was read at every settling drain, 2,093 to 8,342 of 12,016 samples were missing here (the ring's
+/// head had stalled: no data and no Lost record showed, and its event's count of drops was never read).
+#[test]
+fn per_thread_rings_report_every_drop_of_threads_gone_before_the_stop() {
+    const NAME: &str =
+        "nt_lost::per_thread_rings_report_every_drop_of_threads_gone_before_the_stop";
+    if in_shim_child_with(NAME, &[("NTPROFILE_EVENTS", "per-thread")]) {
+        // A stalled ring keeps what the kernel wrote past the head it published: at most a page of this
+        // stream's sample records (header, ip and cpu: 24 bytes). Measured: 168 to 170 when it stalled.
+        one_page_rings(4096 / 24);
+    }
+}
+
+/// Profile the faulter through rings of one page until an attempt loses samples; counted + outside + lost must
+/// be the kernel's count, short by at most `stalled` (the records a stalled ring may hold).
+fn one_page_rings(stalled: u64) {
     let shim = Shim::load();
     let page = 4096;
     // Every ring above one data page is refused: the engine shrinks to one page.
@@ -121,7 +143,8 @@ fn nt_lost_counts_are_exact_in_one_page_rings() {
         if stats.throttled > 0 {
             continue; // a throttled event takes fewer samples than it counts events: no comparison
         }
-        assert_eq!(total, took, "{last}");
+        assert!(total <= took, "{last}");
+        assert!(took - total <= stalled, "{last}");
         if stats.lost > 0 {
             (shim.clear)();
             let _ = std::fs::remove_dir_all(&dir);

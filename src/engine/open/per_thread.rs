@@ -30,18 +30,13 @@ impl Pass<'_> {
             Err(errno) => return Err(NtStatus::from(errno)),
         }
         self.ring_bytes += ring.map_len();
-        self.rings.push(CpuRing {
-            cpu: None,
-            ring,
-            fd: owner.as_raw_fd(),
-            lost_fd: if self.params.read_lost {
-                fd.as_raw_fd()
-            } else {
-                -1
-            },
-            lost_records: 0,
-            lost_counted: 0,
-        });
+        let lost_fd = if self.params.read_lost {
+            fd.as_raw_fd()
+        } else {
+            -1
+        };
+        self.rings
+            .push(CpuRing::new(None, ring, owner.as_raw_fd(), lost_fd));
         self.fds.push(owner);
         self.fds.push(fd);
         self.tids.push(tid);
