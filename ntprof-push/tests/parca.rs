@@ -11,7 +11,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use common::{
-    Server, backend, check_shares, free_port, pprof_self_counts, record_workload, scratch,
+    Server, backend, check_shares, free_port, pprof_self_counts, pprof_self_values,
+    record_workload, scratch,
 };
 use ntprof_push::{Client, Target, Window};
 use serde_json::Value;
@@ -69,6 +70,8 @@ fn writeraw_over_rest_and_grpc_reads_back_through_the_query_service() {
     let (pprof, start, end) = record_workload(&dir);
     let pushed = pprof_self_counts(&pprof);
     check_shares(&pushed, "the recorded pprof");
+    let period = pprof_self_values(&pprof).2;
+    assert!(period > 0, "the recorded pprof has no period");
 
     let port = free_port();
     std::fs::write(
@@ -160,9 +163,24 @@ fn writeraw_over_rest_and_grpc_reads_back_through_the_query_service() {
                     .decode(v["pprof"].as_str().unwrap_or(""))
                     .unwrap();
                 if !bytes.is_empty() {
-                    let c = pprof_self_counts(&bytes);
-                    if c.values().sum::<i64>() > 0 {
-                        break c;
+                    // Parca answers a samples/count query in the period's unit: each count times the
+                    // period (cpu nanoseconds here); the counts are those values over the period.
+                    let (kind, values, _) = pprof_self_values(&bytes);
+                    if values.values().sum::<i64>() > 0 {
+                        assert_eq!(
+                            kind,
+                            ("cpu".to_string(), "nanoseconds".to_string()),
+                            "{transport}"
+                        );
+                        let counts = values.iter().map(|(f, v)| {
+                            assert_eq!(
+                                v % period,
+                                0,
+                                "{f}: {v} ns is not a whole number of {period} ns periods"
+                            );
+                            (f.clone(), v / period)
+                        });
+                        break counts.collect();
                     }
                 }
             }

@@ -76,7 +76,18 @@ fn ingest_reads_back_through_select_merge_profile() {
                 "-pyroscopedb.data-path={}",
                 dir.join("data").display()
             ))
-            .arg("-self-profiling.disable-push=true"),
+            .arg("-self-profiling.disable-push=true")
+            // Every ring member at 127.0.0.1, where the gRPC server listens (the default is the first
+            // network interface's address).
+            .args([
+                "-ingester.lifecycler.addr=127.0.0.1",
+                "-distributor.ring.instance-addr=127.0.0.1",
+                "-compactor.ring.instance-addr=127.0.0.1",
+                "-store-gateway.sharding-ring.instance-addr=127.0.0.1",
+                "-query-frontend.instance-addr=127.0.0.1",
+                "-query-scheduler.ring.instance-addr=127.0.0.1",
+                "-overrides-exporter.ring.instance-addr=127.0.0.1",
+            ]),
         dir.join("pyroscope.log"),
     );
     server.wait_port(http, Duration::from_secs(120));

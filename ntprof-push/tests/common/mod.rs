@@ -5,6 +5,7 @@
 
 pub mod fake;
 
+use std::collections::BTreeMap;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -154,12 +155,23 @@ pub fn record_workload(dir: &Path) -> (Vec<u8>, SystemTime, SystemTime) {
     (std::fs::read(&pprof).unwrap(), start, end)
 }
 
-/// Samples per function of the leaf frames of a pprof profile (its first sample type, the sample count).
-pub fn pprof_self_counts(bytes: &[u8]) -> std::collections::BTreeMap<String, i64> {
+/// Samples per function of the leaf frames of a pprof profile (its first sample type, which counts samples).
+pub fn pprof_self_counts(bytes: &[u8]) -> BTreeMap<String, i64> {
+    let (kind, counts, _) = pprof_self_values(bytes);
+    assert_eq!(
+        kind.1, "count",
+        "the first sample type counts samples: {kind:?}"
+    );
+    counts
+}
+
+/// The first sample type of a pprof profile (type, unit), its values per function of the leaf frames, and the
+/// profile's period.
+pub fn pprof_self_values(bytes: &[u8]) -> ((String, String), BTreeMap<String, i64>, i64) {
     let p = ntprof_push::pprof::decode(bytes).unwrap();
     let st = |i: i64| p.string_table[i as usize].clone();
-    assert_eq!(st(p.sample_type[0].r#type), "samples");
-    let mut out = std::collections::BTreeMap::new();
+    let kind = (st(p.sample_type[0].r#type), st(p.sample_type[0].unit));
+    let mut out = BTreeMap::new();
     for s in &p.sample {
         let loc = p
             .location
@@ -173,13 +185,13 @@ pub fn pprof_self_counts(bytes: &[u8]) -> std::collections::BTreeMap<String, i64
             .unwrap();
         *out.entry(st(f.name)).or_insert(0) += s.value[0];
     }
-    out
+    (kind, out, p.period)
 }
 
 /// Checks the designed shares in per-function sample counts: push_three / (push_three + push_one) is 3/4
 /// within five standard deviations of a binomial share of that many samples (plus 2 points for the loop's
 /// entry and exit), and the two make nearly every sample.
-pub fn check_shares(counts: &std::collections::BTreeMap<String, i64>, what: &str) -> f64 {
+pub fn check_shares(counts: &BTreeMap<String, i64>, what: &str) -> f64 {
     let three = *counts.get("push_three").unwrap_or(&0) as f64;
     let one = *counts.get("push_one").unwrap_or(&0) as f64;
     let total: i64 = counts.values().sum();
