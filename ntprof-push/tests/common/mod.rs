@@ -1,0 +1,214 @@
+//! What the real-server tests share: the servers `.ci/backends` builds, free ports, the designed workload
+//! recorded by the release `ntprof`, and the share check.
+
+#![allow(dead_code)]
+
+pub mod fake;
+
+use std::collections::BTreeMap;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+/// The repository's root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// The binary of a backend built by `.ci/backends` (which says where it keeps it). A missing one fails the
+/// test with the reason and the command that builds it.
+pub fn backend(name: &str) -> PathBuf {
+    let script = root().join(".ci/backends");
+    let out = Command::new("bash")
+        .arg(&script)
+        .args(["--path", name])
+        .output()
+        .expect("run .ci/backends --path");
+    assert!(
+        out.status.success(),
+        ".ci/backends --path {name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let path = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+    if !path.is_file() {
+        let blocked = path.with_file_name("BLOCKED");
+        let why = std::fs::read_to_string(&blocked)
+            .unwrap_or_else(|_| "it was not built on this machine".into());
+        panic!(
+            "the {name} server is missing ({}): {}\nbuild it with: {} {name}",
+            path.display(),
+            why.trim(),
+            script.display()
+        );
+    }
+    path
+}
+
+/// A port nobody listens on now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A scratch directory of this test.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("ntprof-push-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A server process, killed when dropped; its output goes to `log`.
+pub struct Server {
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+impl Server {
+    pub fn start(cmd: &mut Command, log: PathBuf) -> Server {
+        let f = std::fs::File::create(&log).unwrap();
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        Server { child, log }
+    }
+
+    /// Waits until `port` takes connections (the server is up), failing with its log if it exits or
+    /// takes longer than `limit`.
+    pub fn wait_port(&mut self, port: u16, limit: Duration) {
+        let until = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!(
+                    "the server exited ({status}) before listening:\n{}",
+                    self.log_text()
+                );
+            }
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return;
+            }
+            assert!(
+                Instant::now() < until,
+                "the server did not listen on {port} within {limit:?}:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The designed workload's profile: `tests/workload.c` (push_three and push_one, CPU work 3:1) built with gcc
+/// and recorded by `target/release/ntprof record --pprof`. Returns the gzipped pprof and the window.
+pub fn record_workload(dir: &Path) -> (Vec<u8>, SystemTime, SystemTime) {
+    let ntprof = root().join("target/release/ntprof");
+    assert!(
+        ntprof.is_file(),
+        "{} is missing: build it with cargo build --release -p ntprof",
+        ntprof.display()
+    );
+    let exe = dir.join("workload");
+    let st = Command::new("gcc")
+        .args(["-O2", "-g", "-fno-inline", "-o"])
+        .arg(&exe)
+        .arg(root().join("ntprof-push/tests/workload.c"))
+        .status()
+        .expect("gcc");
+    assert!(st.success(), "gcc failed");
+    let pprof = dir.join("workload.pb.gz");
+    let start = SystemTime::now();
+    let out = Command::new(&ntprof)
+        .arg("record")
+        .arg("--pprof")
+        .arg(&pprof)
+        .arg("--")
+        .arg(&exe)
+        .arg("250")
+        .output()
+        .unwrap();
+    let end = SystemTime::now();
+    assert!(
+        out.status.success(),
+        "ntprof record failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (std::fs::read(&pprof).unwrap(), start, end)
+}
+
+/// Samples per function of the leaf frames of a pprof profile (its first sample type, which counts samples).
+pub fn pprof_self_counts(bytes: &[u8]) -> BTreeMap<String, i64> {
+    let (kind, counts, _) = pprof_self_values(bytes);
+    assert_eq!(
+        kind.1, "count",
+        "the first sample type counts samples: {kind:?}"
+    );
+    counts
+}
+
+/// The first sample type of a pprof profile (type, unit), its values per function of the leaf frames, and the
+/// profile's period.
+pub fn pprof_self_values(bytes: &[u8]) -> ((String, String), BTreeMap<String, i64>, i64) {
+    let p = ntprof_push::pprof::decode(bytes).unwrap();
+    let st = |i: i64| p.string_table[i as usize].clone();
+    let kind = (st(p.sample_type[0].r#type), st(p.sample_type[0].unit));
+    let mut out = BTreeMap::new();
+    for s in &p.sample {
+        let loc = p
+            .location
+            .iter()
+            .find(|l| l.id == s.location_id[0])
+            .unwrap();
+        let f = p
+            .function
+            .iter()
+            .find(|f| f.id == loc.line[0].function_id)
+            .unwrap();
+        *out.entry(st(f.name)).or_insert(0) += s.value[0];
+    }
+    (kind, out, p.period)
+}
+
+/// Checks the designed shares in per-function sample counts: push_three / (push_three + push_one) is 3/4
+/// within five standard deviations of a binomial share of that many samples (plus 2 points for the loop's
+/// entry and exit), and the two make nearly every sample.
+pub fn check_shares(counts: &BTreeMap<String, i64>, what: &str) -> f64 {
+    let three = *counts.get("push_three").unwrap_or(&0) as f64;
+    let one = *counts.get("push_one").unwrap_or(&0) as f64;
+    let total: i64 = counts.values().sum();
+    let n = three + one;
+    assert!(
+        n >= 200.0,
+        "{what}: only {n} samples of the designed functions: {counts:?}"
+    );
+    assert!(
+        n >= 0.95 * total as f64,
+        "{what}: the designed functions hold {n} of {total} samples: {counts:?}"
+    );
+    let share = three / n;
+    let margin = 5.0 * (0.75f64 * 0.25 / n).sqrt() + 0.02;
+    assert!(
+        (share - 0.75).abs() <= margin,
+        "{what}: push_three's share {share:.3} is not 0.75 +- {margin:.3}: {counts:?}"
+    );
+    share
+}
