@@ -139,10 +139,12 @@ fn unprivileged_waits_are_a_few_microseconds_longer_than_the_scheduler_says() {
         .map(|k| u(&k["waits"]))
         .sum();
     // The tracepoint's first waits are the stop before the command's first instruction, which the recorder
-    // leaves out: compare the last ones, as many as the recorder counted.
+    // leaves out: compare the last ones, as many as the recorder counted. `perf record -a` may drop a few
+    // tracepoint events on a loaded machine (998 of 1,000 seen at load average 7), so the offset is the
+    // difference of the mean waits, which a missing reference wait or two leaves unchanged.
     let used = &reference[reference.len().saturating_sub(voluntary as usize)..];
     let ref_ns: u64 = used.iter().map(|(a, b)| b - a).sum();
-    let offset = (ns as f64 - ref_ns as f64) / used.len().max(1) as f64;
+    let offset = ns as f64 / voluntary.max(1) as f64 - ref_ns as f64 / used.len().max(1) as f64;
     eprintln!(
         "{} reference waits, {ref_ns} ns; ntprof {waits} waits ({voluntary} voluntary), {ns} ns: {offset:.0} ns per wait",
         reference.len()
@@ -150,7 +152,7 @@ fn unprivileged_waits_are_a_few_microseconds_longer_than_the_scheduler_says() {
     // The 1,000 sleeps; the tracepoint also sees the waits before the first instruction (the stop at the
     // start), which the recorder leaves out, and preemptions are not in either count.
     assert!(
-        (1000..=1003).contains(&reference.len()) && (1000..=1002).contains(&voluntary),
+        (990..=1003).contains(&reference.len()) && (1000..=1002).contains(&voluntary),
         "reference {} voluntary waits, ntprof {voluntary}",
         reference.len()
     );
