@@ -72,8 +72,8 @@ fn rows(stdout: &str) -> Vec<(f64, f64, f64, String)> {
 }
 
 /// Designed: work_a 75 % → 25 % (−50 points), work_b 25 % → 75 % (+50) of about 1,000 samples each run (the
-/// sampling noise of a share is about 1.4 points; the two loops' costs differ by a few points by code
-/// placement): each changes by more than 35 points, the two come first, and every share is the JSON
+/// sampling noise of a share is about 1.4 points, but the loops' split drifts on a loaded machine: 68.5 % for
+/// 75 % was seen at load average 9): each changes by more than 20 points, the two come first, and every share is the JSON
 /// profile's own, samples / (counted + outside), to the printed 0.1.
 fn check_designed(stdout: &str) {
     let rows = rows(stdout);
@@ -91,7 +91,7 @@ fn check_designed(stdout: &str) {
     };
     for (change, old, new, name) in &rows[..2] {
         let sign = if name == "work_a" { -1.0 } else { 1.0 };
-        assert!(change * sign > 35.0, "{name}: {stdout}");
+        assert!(change * sign > 20.0, "{name}: {stdout}");
         assert!((old - share("old", name)).abs() < 0.051, "{name}: {stdout}");
         assert!((new - share("new", name)).abs() < 0.051, "{name}: {stdout}");
         assert!((change - (new - old)).abs() < 0.11, "{name}: {stdout}");
