@@ -6,6 +6,8 @@ use super::*;
 
 #[test]
 fn a_side_band_sampler_wakes_the_wait_at_an_exec() {
+    // Serial: its child, killed at the end, must not be reaped by a test that counts the children it forked.
+    let _serial = common::serial();
     let mut child = Command::new("sh")
         .args(["-c", "read line; exec sleep 5"])
         .stdin(Stdio::piped())
