@@ -30,7 +30,9 @@ fuzz_target!(|input: (u64, u64, &[u8])| {
         if let Some((start, end)) = fdes.lookup(addr) {
             assert!(start <= addr && addr < end, "{addr:#x} outside its FDE [{start:#x}, {end:#x})");
         }
-        let Some(ctx) = &ctx else { continue };
+        let Some(ctx) = ctx.as_ref().filter(|_| dwarf::can_look_up(addr)) else {
+            continue;
+        };
         if let Ok(mut frames) = ctx.find_frames(addr).skip_all_loads() {
             let mut n = 0;
             while let Ok(Some(frame)) = frames.next() {

@@ -30,6 +30,12 @@ pub type Reader = EndianArcSlice<RunTimeEndian>;
 /// An object's DWARF, ready for lookups.
 pub type Context = addr2line::Context<Reader>;
 
+/// Whether addr2line may be asked about `addr`: a lookup computes the address after it, which overflows for
+/// the last address (no code ends there, so nothing is lost by not asking).
+pub fn can_look_up(addr: u64) -> bool {
+    addr < u64::MAX
+}
+
 /// Read the DWARF of the object at `path` (a regular file owned as `owners` allow, at most
 /// [`files::OBJECT_CAP`] bytes) and check it; why not when it cannot be used.
 pub fn load(path: &Path, owners: &Owners) -> Result<Context, String> {

@@ -252,7 +252,7 @@ impl ElfSymbolizer {
             .lookup_index(addr)
             .and_then(|i| self.demangled(&mut lazy, i));
         let mut frames = Vec::new();
-        if let Some(dwarf) = self.dwarf(&mut lazy) {
+        if let Some(dwarf) = self.dwarf(&mut lazy).filter(|_| dwarf::can_look_up(addr)) {
             if let Ok(mut iter) = dwarf.find_frames(addr).skip_all_loads() {
                 while let Ok(Some(frame)) = iter.next() {
                     let function = frame
@@ -334,6 +334,9 @@ impl ElfSymbolizer {
             return l.clone();
         }
         let found = self.dwarf(&mut lazy).and_then(|d| {
+            if !dwarf::can_look_up(addr) {
+                return None;
+            }
             let loc = d.find_location(addr).ok()??;
             Some((loc.file?.to_string(), loc.line?))
         });
@@ -380,5 +383,20 @@ mod tests {
             elf.resolve(malloc.address() + 1).symbol.unwrap().name,
             "malloc"
         );
+    }
+
+    /// The last address is looked up without a panic: addr2line computes the address after the one looked up,
+    /// which overflows there (a fuzzer found it; debug and fuzz builds check overflow).
+    #[test]
+    fn the_last_address_resolves_to_nothing() {
+        let exe = std::env::current_exe().unwrap();
+        let elf = ElfSymbolizer::open(&exe).unwrap();
+        assert!(
+            elf.dwarf(&mut elf.lock()).is_some(),
+            "the test binary has DWARF: the test would prove nothing"
+        );
+        let r = elf.resolve(u64::MAX);
+        assert!(r.frames.is_empty(), "{:?}", r.frames);
+        assert_eq!(elf.location(u64::MAX), None);
     }
 }
