@@ -98,7 +98,8 @@ pub struct RunInfo {
     pub started_at: String,
     /// How the profiled command ended (`record`): its exit code, or 128 + the signal.
     pub exit_status: Option<i32>,
-    /// Why the run ended: `exited`, `duration`, `interrupted` (Ctrl-C), `process-exited`.
+    /// Why the run ended: `exited`, `duration`, `interrupted` (Ctrl-C), `process-exited`, `stopped` (the taker
+    /// of a run cut into windows ended it, as `ntprof top` does when told to quit).
     pub ended_by: String,
     /// The processors profiled (`--cpus`), `None` for all.
     pub cpus: Option<Vec<usize>>,
@@ -149,6 +150,27 @@ pub struct RunInfo {
     /// its perf map file, by address alone; empty when no process had named JIT code.
     #[serde(default)]
     pub jit: Vec<JitReport>,
+    /// The window this report covers, when the run was cut into windows (`--every SECONDS`); `None` for a
+    /// report of a whole run. `duration_s` is then the window's length.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<WindowInfo>,
+}
+
+/// One window of a run cut into windows (`run.window`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WindowInfo {
+    /// Its number in the run, from 0.
+    pub index: u64,
+    /// When it began, nanoseconds since the Unix epoch (the system clock).
+    pub start_unix_ns: u64,
+    /// When it ended, the same way.
+    pub end_unix_ns: u64,
+    /// `start_unix_ns` as RFC 3339 in UTC, with nanoseconds.
+    pub start: String,
+    /// `end_unix_ns` the same way.
+    pub end: String,
+    /// True for the run's last window, which ended with the run (it may be shorter than the others).
+    pub last: bool,
 }
 
 /// How the JIT code of one process was named (`run.jit[]`).

@@ -33,7 +33,7 @@ fn an_object_with_a_corrupt_section_table_is_named_with_a_note() {
         wanted: true,
     }];
     let jit = JitState::default();
-    let s = Symbolizers::open(&modules, &[true], None, &jit);
+    let s = Symbolizers::open(&modules, &[true], None, &jit, &Default::default());
     let located = s.locate(0, 0x40_0010);
     assert!(located.function.starts_with("p+0x"), "{}", located.function);
     let notes = s.notes();

@@ -2,6 +2,7 @@
 //! (once, for every source), then per source the accounting and the tables, and the process table.
 
 mod aggregate;
+mod cache;
 #[cfg(test)]
 mod hostile;
 mod lines;
@@ -17,6 +18,7 @@ use crate::report::{ProcessReport, RunInfo, SourceReport};
 use crate::symbols::Kallsyms;
 use crate::tree::Tracker;
 use aggregate::Inputs;
+pub use cache::SymbolCache;
 use symbolize::Symbolizers;
 
 /// A source of the run: what it sampled and how often.
@@ -43,6 +45,7 @@ pub fn build(
     duration_s: f64,
     bucket_log2: u32,
     endings: &Endings,
+    cache: &SymbolCache,
 ) -> (Vec<ProcessReport>, Vec<SourceReport>, Duration, Vec<String>) {
     let t0 = Instant::now();
     let stacks = tracker.stacks.locs.len();
@@ -58,7 +61,13 @@ pub fn build(
             used_module[loc.module as usize] = true;
         }
     }
-    let symbols = Symbolizers::open(&tracker.modules.list, &used_module, kallsyms, &tracker.jit);
+    let symbols = Symbolizers::open(
+        &tracker.modules.list,
+        &used_module,
+        kallsyms,
+        &tracker.jit,
+        cache,
+    );
     let located: Vec<_> = tracker
         .stacks
         .locs
@@ -198,15 +207,26 @@ pub fn run_info(mode: &str, command: Vec<String>, pid: Option<u32>, started_at: 
         expected: Vec::new(),
         explanations: Vec::new(),
         jit: Vec::new(),
+        window: None,
     }
 }
 
 /// Now as RFC 3339 in UTC (`2026-01-31T12:34:56Z`), from the system clock.
 pub fn now_rfc3339() -> String {
-    let secs = std::time::SystemTime::now()
+    rfc3339(unix_now_ns(), false)
+}
+
+/// Now, nanoseconds since the Unix epoch (the system clock; 0 before 1970).
+pub fn unix_now_ns() -> u64 {
+    std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
+        .map_or(0, |d| d.as_nanos().min(u128::from(u64::MAX)) as u64)
+}
+
+/// `unix_ns` (nanoseconds since the Unix epoch) as RFC 3339 in UTC: `2026-01-31T12:34:56Z`, or with
+/// `nanos` `2026-01-31T12:34:56.123456789Z`.
+pub fn rfc3339(unix_ns: u64, nanos: bool) -> String {
+    let secs = unix_ns / 1_000_000_000;
     let (days, rem) = (secs / 86_400, secs % 86_400);
     // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm, written out).
     let z = days as i64 + 719_468;
@@ -218,8 +238,13 @@ pub fn now_rfc3339() -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
+    let frac = if nanos {
+        format!(".{:09}", unix_ns % 1_000_000_000)
+    } else {
+        String::new()
+    };
     format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}{frac}Z",
         rem / 3600,
         rem % 3600 / 60,
         rem % 60

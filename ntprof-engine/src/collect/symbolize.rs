@@ -6,7 +6,9 @@
 //! location nothing covers is `module+0xOFFSET`.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::sync::Arc;
+
+use super::cache::SymbolCache;
 
 use crate::report::Frame;
 use crate::symbols::{ElfSymbolizer, Kallsyms, Mapping, vdso};
@@ -58,7 +60,7 @@ pub struct Located {
 /// Symbolizers for every module of a run, opened once.
 pub struct Symbolizers<'a> {
     modules: &'a [Module],
-    elf: HashMap<String, Option<ElfSymbolizer>>,
+    elf: HashMap<String, Option<Arc<ElfSymbolizer>>>,
     /// ntprof's own vDSO, when a `[vdso]` with samples has its size.
     vdso: Option<ElfSymbolizer>,
     /// Why objects could not be opened (their code is named `module+0x…`).
@@ -72,12 +74,14 @@ pub struct Symbolizers<'a> {
 }
 
 impl<'a> Symbolizers<'a> {
-    /// Open what the modules in `used` need (the ELF files in parallel: loading DWARF is most of the cost).
+    /// Open what the modules in `used` need (the ELF files in parallel: loading DWARF is most of the cost),
+    /// reusing those `cache` holds already.
     pub fn open(
         modules: &'a [Module],
         used: &[bool],
         kallsyms: Option<&'a Kallsyms>,
         jit: &'a JitState,
+        cache: &SymbolCache,
     ) -> Self {
         let mut paths: Vec<&str> = modules
             .iter()
@@ -87,13 +91,7 @@ impl<'a> Symbolizers<'a> {
             .collect();
         paths.sort_unstable();
         paths.dedup();
-        let opened: Vec<(String, Result<ElfSymbolizer, String>)> = std::thread::scope(|scope| {
-            let handles: Vec<_> = paths
-                .iter()
-                .map(|&p| scope.spawn(move || (p.to_string(), ElfSymbolizer::open(Path::new(p)))))
-                .collect();
-            handles.into_iter().filter_map(|h| h.join().ok()).collect()
-        });
+        let opened = cache.open_all(&paths);
         let mut unopened = Vec::new();
         let mut elf = HashMap::new();
         for (path, r) in opened {
@@ -166,7 +164,7 @@ impl<'a> Symbolizers<'a> {
         let (mut name, mut path) = (m.name.clone(), m.path.clone());
         let (bias, build_id) = match &m.kind {
             ModuleKind::File => {
-                let elf = self.elf.get(&m.path).and_then(Option::as_ref);
+                let elf = self.elf.get(&m.path).and_then(Option::as_deref);
                 let mapping = Mapping {
                     start,
                     end,

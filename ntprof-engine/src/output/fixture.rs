@@ -133,6 +133,7 @@ pub fn report() -> Report {
                 mixed: 0,
                 problem: None,
             }],
+            window: None,
         },
         processes: vec![ProcessReport {
             id: 0,

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use ntprofile::{NtStatus, Process, sampler_clock_ns};
 
 use super::session::{ROUND, Session, Targets};
+use super::windows::{Cutter, Windows};
 use super::{EXIT_FAILURE, EXIT_USAGE, Failure, Outcome, PROGRESS_EVERY, explain, launch, notes};
 use crate::collect;
 use crate::options::{AttachOptions, ProfileOptions};
@@ -28,6 +29,25 @@ use crate::tree::{procs, space};
 /// # Ok::<(), record::Failure>(())
 /// ```
 pub fn attach(args: &AttachOptions, progress: &dyn Progress) -> Result<Outcome, Failure> {
+    attach_in(args, progress, None)
+}
+
+/// [`attach`], cut into windows: every `windows.every` the window's report goes to `windows.sink` and the
+/// counts start again (see [`WindowSink`](super::WindowSink)); the last window, which ends with the run, is
+/// handed over too and is the [`Outcome`]'s report.
+pub fn attach_windows(
+    args: &AttachOptions,
+    windows: Windows<'_>,
+    progress: &dyn Progress,
+) -> Result<Outcome, Failure> {
+    attach_in(args, progress, Some(windows))
+}
+
+pub(super) fn attach_in(
+    args: &AttachOptions,
+    progress: &dyn Progress,
+    windows: Option<Windows<'_>>,
+) -> Result<Outcome, Failure> {
     let (_set, sigfd) = launch::block_signals()?;
     let started_at = collect::now_rfc3339();
     let mut pids: Vec<u32> = Vec::new();
@@ -58,6 +78,20 @@ pub fn attach(args: &AttachOptions, progress: &dyn Progress) -> Result<Outcome, 
             format!("{w}\n  Fix: --module takes a name from that list"),
         ));
     }
+    let mut cutter = windows.map(|w| {
+        let mut run = collect::run_info(
+            "attach",
+            procs::cmdline(pids[0]),
+            Some(pids[0]),
+            started_at.clone(),
+        );
+        run.executable = executable.clone();
+        run.cpus = args.profile.cpus.as_ref().map(|c| c.0.clone());
+        run.bucket_log2 = args.profile.bucket.unwrap_or(0);
+        run.follow_children = !args.profile.no_inherit;
+        run.expected = args.profile.expect.clone();
+        Cutter::new(w, run, start_ns, &session)
+    });
     let t0 = Instant::now();
     progress.start(&format!("attach: pid {}", join(&pids)));
     let ended_by = wait_attached(
@@ -67,6 +101,7 @@ pub fn attach(args: &AttachOptions, progress: &dyn Progress) -> Result<Outcome, 
         args.duration,
         progress,
         t0,
+        cutter.as_mut(),
     )?;
     let duration = t0.elapsed();
     session.finish()?;
@@ -131,7 +166,10 @@ pub fn attach(args: &AttachOptions, progress: &dyn Progress) -> Result<Outcome, 
             join(&pids)
         ));
     }
-    let report = super::finish_report(&session, run, None, &Vec::new());
+    let report = match &mut cutter {
+        Some(c) => c.last(&mut session, run, None, &Vec::new()),
+        None => super::finish_report(&session, run, None, &Vec::new()),
+    };
     Ok(Outcome {
         report,
         exit: 0,
@@ -278,6 +316,7 @@ fn wait_attached(
     duration: Option<f64>,
     progress: &dyn Progress,
     t0: Instant,
+    mut cutter: Option<&mut Cutter<'_>>,
 ) -> Result<&'static str, Failure> {
     let deadline = duration.map(|d| t0 + Duration::from_secs_f64(d));
     let mut last_progress = Instant::now();
@@ -288,6 +327,11 @@ fn wait_attached(
         session.round(left)?;
         if launch::pending_signal(sigfd).is_some() {
             return Ok("interrupted");
+        }
+        if let Some(c) = cutter.as_deref_mut()
+            && !c.tick(session, None)
+        {
+            return Ok("stopped");
         }
         // Every followed thread has ended: rounds would return at once until the processes' exits complete
         // (see `run_until_exit`); wait for those instead.

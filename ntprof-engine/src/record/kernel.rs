@@ -8,6 +8,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use ntprofile::sampler_clock_ns;
 
 use super::session::{ROUND, Session, Targets};
+use super::windows::{Cutter, Windows};
 use super::{
     EXIT_FAILURE, EXIT_USAGE, Failure, Outcome, PROGRESS_EVERY, kernel_privilege_message, launch,
 };
@@ -18,7 +19,11 @@ use crate::symbols::{KERNEL_MODULE, Kallsyms};
 use crate::tree::space::ModuleKind;
 
 /// `ntprof record --kernel`.
-pub fn record_kernel(args: &RecordOptions, progress: &dyn Progress) -> Result<Outcome, Failure> {
+pub fn record_kernel(
+    args: &RecordOptions,
+    progress: &dyn Progress,
+    windows: Option<Windows<'_>>,
+) -> Result<Outcome, Failure> {
     if args.duration.is_some() && !args.command.is_empty() {
         return Err(Failure::new(
             EXIT_USAGE,
@@ -48,6 +53,14 @@ pub fn record_kernel(args: &RecordOptions, progress: &dyn Progress) -> Result<Ou
     }
     session.tracker.run_start_ns = sampler_clock_ns();
     session.enable()?;
+    let mut cutter = windows.map(|w| {
+        let mut run = collect::run_info("kernel", args.command.clone(), None, started_at.clone());
+        run.cpus = args.profile.cpus.as_ref().map(|c| c.0.clone());
+        run.bucket_log2 = args.profile.bucket.unwrap_or(0);
+        run.follow_children = false;
+        run.expected = args.profile.expect.clone();
+        Cutter::new(w, run, session.tracker.run_start_ns, &session)
+    });
     let t0 = Instant::now();
     let what = if args.command.is_empty() {
         "record --kernel".to_string()
@@ -66,6 +79,7 @@ pub fn record_kernel(args: &RecordOptions, progress: &dyn Progress) -> Result<Ou
         args.duration,
         progress,
         t0,
+        cutter.as_mut().map(|c| (c, &kallsyms)),
     )?;
     let duration = t0.elapsed();
     session.finish()?;
@@ -86,7 +100,10 @@ pub fn record_kernel(args: &RecordOptions, progress: &dyn Progress) -> Result<Ou
          the kernel's text and its modules, count as outside"
             .into(),
     );
-    let report = super::finish_report(&session, run, Some(&kallsyms), &Vec::new());
+    let report = match &mut cutter {
+        Some(c) => c.last(&mut session, run, Some(&kallsyms), &Vec::new()),
+        None => super::finish_report(&session, run, Some(&kallsyms), &Vec::new()),
+    };
     Ok(Outcome {
         report,
         exit: exit.map_or(0, |c| c.clamp(0, 255) as u8),
@@ -123,7 +140,9 @@ fn wait_kernel(
     duration: Option<f64>,
     progress: &dyn Progress,
     t0: Instant,
+    mut cutter: Option<(&mut Cutter<'_>, &Kallsyms)>,
 ) -> Result<(&'static str, Option<i32>), Failure> {
+    let mut ended = false;
     let deadline = duration.map(|d| t0 + Duration::from_secs_f64(d));
     let mut last_progress = Instant::now();
     loop {
@@ -146,6 +165,19 @@ fn wait_kernel(
             }
         } else if launch::pending_signal(sigfd).is_some() {
             return Ok(("interrupted", None));
+        }
+        if let Some((c, kallsyms)) = cutter.as_mut()
+            && !c.tick(session, Some(kallsyms))
+            && !ended
+        {
+            // The windows' taker ended the run: the command is asked to end (its exit ends the run).
+            match child {
+                Some(c) => {
+                    let _ = kill(c.pid, nix::sys::signal::Signal::SIGTERM);
+                    ended = true;
+                }
+                None => return Ok(("stopped", None)),
+            }
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(("duration", None));

@@ -22,6 +22,7 @@ mod notes;
 mod precheck;
 mod session;
 mod sideband;
+mod windows;
 
 use std::time::{Duration, Instant};
 
@@ -29,7 +30,8 @@ use nix::sys::signal::kill;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use ntprofile::{NtStatus, sampler_clock_ns};
 
-pub use attach::attach;
+pub use attach::{attach, attach_windows};
+pub use windows::{WindowSink, Windows};
 
 use crate::collect::{self, Endings};
 use crate::options::CallGraph;
@@ -39,6 +41,7 @@ use crate::report::{Report, RunInfo, SCHEMA_VERSION};
 use crate::symbols::Kallsyms;
 use crate::tree::{procs, space};
 use session::{ROUND, Session, Targets};
+use windows::Cutter;
 
 /// A failure with the exit status ntprof ends with.
 #[derive(Debug)]
@@ -171,6 +174,7 @@ fn finish_report(
         run.duration_s,
         bucket,
         endings,
+        &session.symbols,
     );
     run.symbolize_ms = spent.as_secs_f64() * 1000.0;
     let t = &session.tracker;
@@ -272,11 +276,30 @@ fn unmatched_warning(session: &Session) -> Option<String> {
 /// # Ok::<(), record::Failure>(())
 /// ```
 pub fn record(args: &RecordOptions, progress: &dyn Progress) -> Result<Outcome, Failure> {
+    record_in(args, progress, None)
+}
+
+/// [`record`], cut into windows: every `windows.every` the window's report goes to `windows.sink` and the
+/// counts start again (see [`WindowSink`]); the run's last window, which ends with it, is handed over too and
+/// is the [`Outcome`]'s report.
+pub fn record_windows(
+    args: &RecordOptions,
+    windows: Windows<'_>,
+    progress: &dyn Progress,
+) -> Result<Outcome, Failure> {
+    record_in(args, progress, Some(windows))
+}
+
+fn record_in(
+    args: &RecordOptions,
+    progress: &dyn Progress,
+    windows: Option<Windows<'_>>,
+) -> Result<Outcome, Failure> {
     if !args.pid.is_empty() {
-        return record_pids(args, progress);
+        return record_pids(args, progress, windows);
     }
     if args.kernel {
-        return kernel::record_kernel(args, progress);
+        return kernel::record_kernel(args, progress, windows);
     }
     if args.duration.is_some() {
         return Err(Failure::new(
@@ -308,11 +331,22 @@ pub fn record(args: &RecordOptions, progress: &dyn Progress) -> Result<Outcome, 
         .ok()
         .map(|p| p.to_string_lossy().into_owned());
     session.tracker.run_start_ns = sampler_clock_ns();
+    let mut cutter = windows.map(|w| {
+        let mut run = collect::run_info(
+            "record",
+            args.command.clone(),
+            Some(pid_u),
+            started_at.clone(),
+        );
+        run.executable = executable.clone();
+        fill_common(&mut run, args);
+        Cutter::new(w, run, session.tracker.run_start_ns, &session)
+    });
     let t0 = Instant::now();
     cmd.resume()?;
 
     progress.start(&format!("record: {}", args.command.join(" ")));
-    let status = run_until_exit(&mut session, &cmd, &sigfd, progress, t0)?;
+    let status = run_until_exit(&mut session, &cmd, &sigfd, progress, t0, cutter.as_mut())?;
     let duration = t0.elapsed();
     session.finish()?;
     progress.finish();
@@ -333,7 +367,10 @@ pub fn record(args: &RecordOptions, progress: &dyn Progress) -> Result<Outcome, 
     let endings: Endings = exit
         .map(|c| vec![(0, launch::ending(c))])
         .unwrap_or_default();
-    let report = finish_report(&session, run, None, &endings);
+    let report = match &mut cutter {
+        Some(c) => c.last(&mut session, run, None, &endings),
+        None => finish_report(&session, run, None, &endings),
+    };
     let warning = unmatched_warning(&session);
     Ok(Outcome {
         report,
@@ -343,7 +380,11 @@ pub fn record(args: &RecordOptions, progress: &dyn Progress) -> Result<Outcome, 
 }
 
 /// `ntprof record -p PID[,PID...]`: perf's spelling of `ntprof attach --pid`.
-fn record_pids(args: &RecordOptions, progress: &dyn Progress) -> Result<Outcome, Failure> {
+fn record_pids(
+    args: &RecordOptions,
+    progress: &dyn Progress,
+    windows: Option<Windows<'_>>,
+) -> Result<Outcome, Failure> {
     if !args.command.is_empty() {
         return Err(Failure::new(
             EXIT_USAGE,
@@ -353,13 +394,14 @@ fn record_pids(args: &RecordOptions, progress: &dyn Progress) -> Result<Outcome,
             ),
         ));
     }
-    attach(
+    attach::attach_in(
         &AttachOptions {
             pid: args.pid.clone(),
             duration: args.duration,
             profile: args.profile.clone(),
         },
         progress,
+        windows,
     )
 }
 
@@ -370,8 +412,10 @@ fn run_until_exit(
     sigfd: &nix::sys::signalfd::SignalFd,
     progress: &dyn Progress,
     t0: Instant,
+    mut cutter: Option<&mut Cutter<'_>>,
 ) -> Result<WaitStatus, Failure> {
     let mut last_progress = Instant::now();
+    let mut ended = false;
     // The command's pidfd, to wait for its exit (`None` if it cannot be opened: the rounds then go on).
     let process = ntprofile::Process::open(cmd.pid.as_raw() as u32).ok();
     loop {
@@ -395,6 +439,14 @@ fn run_until_exit(
             if from_process {
                 let _ = kill(cmd.pid, sig);
             }
+        }
+        if let Some(c) = cutter.as_deref_mut()
+            && !c.tick(session, None)
+            && !ended
+        {
+            // The windows' taker ended the run: the command is asked to end, and its exit ends the run.
+            let _ = kill(cmd.pid, nix::sys::signal::Signal::SIGTERM);
+            ended = true;
         }
         if last_progress.elapsed() >= PROGRESS_EVERY {
             progress.update(t0.elapsed(), &session.progress());

@@ -68,6 +68,13 @@ pub struct Session {
     /// The first target, whose first exec read is the recorded command's own (`record` starts the command
     /// with an exec once the events are open): it starts nothing, so it does not make the rounds fast.
     own_exec: Option<u32>,
+    /// The objects opened to name the code, kept for the next window's report.
+    pub symbols: crate::collect::SymbolCache,
+    /// Every record older than this (sampler clock) has been applied.
+    applied_until: u64,
+    /// Per sampler, the library's lost and throttled counts when the window began (a run cut into windows
+    /// counts each window's own).
+    stats_base: Vec<(u64, u64)>,
 }
 
 /// Check the options that concern sources and processors; returns the distinct sources in order.
@@ -267,6 +274,9 @@ impl Session {
             busy_until: None,
             rounds: 0,
             own_exec: first_pid,
+            symbols: Default::default(),
+            applied_until: 0,
+            stats_base: Vec::new(),
         })
     }
 
@@ -309,6 +319,7 @@ impl Session {
             tracker.apply(time, event, names)
         });
         tracker.read_wanted_lines();
+        self.applied_until = self.applied_until.max(cutoff);
         Ok(())
     }
 
@@ -370,13 +381,31 @@ impl Session {
         });
         // JIT code named by time, now that the runtimes have written their dump files out.
         self.tracker.resolve_jit();
-        // The library's own account of lost records and throttling, when it saw more than the records said.
-        for (s, counts) in self.samplers.iter().zip(&mut self.tracker.sources) {
-            let st = s.stats();
-            counts.lost = counts.lost.max(st.lost);
-            counts.throttled = counts.throttled.max(st.throttled);
-        }
+        self.applied_until = sampler_clock_ns();
+        self.settle_window_stats();
         Ok(())
+    }
+
+    /// Every record older than this instant (sampler clock) has been applied: where a window cut now ends.
+    pub fn applied_until(&self) -> u64 {
+        self.applied_until
+    }
+
+    /// The library's own account of lost records and throttling since the window began, when it saw more than
+    /// the records said; the next window counts from here.
+    pub fn settle_window_stats(&mut self) {
+        self.stats_base.resize(self.samplers.len(), (0, 0));
+        for ((s, counts), base) in self
+            .samplers
+            .iter()
+            .zip(&mut self.tracker.sources)
+            .zip(&mut self.stats_base)
+        {
+            let st = s.stats();
+            counts.lost = counts.lost.max(st.lost.saturating_sub(base.0));
+            counts.throttled = counts.throttled.max(st.throttled.saturating_sub(base.1));
+            *base = (st.lost, st.throttled);
+        }
     }
 
     /// True when every target and every process they started has exited (every event hung up).

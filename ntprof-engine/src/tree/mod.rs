@@ -14,6 +14,7 @@ pub mod procs;
 pub mod space;
 mod threads;
 pub mod wait;
+mod window;
 
 use std::collections::{BTreeSet, HashSet};
 

@@ -95,6 +95,15 @@ struct Running {
 }
 
 impl Waits {
+    /// A new window: the totals back to zero (where each thread last ran stays: a preemption read in the
+    /// window is placed with it).
+    pub(super) fn start_window(&mut self) {
+        self.threads.clear();
+        self.kinds.clear();
+        self.before_start_ns = 0;
+        self.stacks = (0, 0);
+    }
+
     /// Thread `tid` of process `p` was sampled in user space at `time`, at `stack`.
     pub(super) fn ran(&mut self, tid: u32, time: u64, p: u32, stack: u32) {
         self.running.entry(tid).or_default().sample = Some((time, p, stack));

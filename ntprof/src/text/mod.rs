@@ -195,6 +195,7 @@ mod tests {
                 follow_children: true,
                 explanations: vec!["a reason".into()],
                 jit: Vec::new(),
+                window: None,
                 symbolize_ms: 1.5,
                 call_graph: None,
                 recorder_cpu_ms: 12.5,

@@ -82,6 +82,13 @@ pub struct JitFrame<'a> {
 }
 
 impl JitState {
+    /// A new window: the perf maps are read again when the window's report is made (a runtime appends to
+    /// them as it compiles), and the reports are the window's.
+    pub fn start_window(&mut self) {
+        self.perf_maps.clear();
+        self.reports.clear();
+    }
+
     /// The perf map of `pid` read at the end of the run: `None` when it was not looked for.
     pub fn perf_map(&self, pid: u32) -> Option<Option<&PerfMap>> {
         self.perf_maps.get(&pid).map(Option::as_ref)

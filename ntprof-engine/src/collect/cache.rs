@@ -1,0 +1,85 @@
+//! The opened objects of a run kept from one report to the next: a run cut into windows (`--every`) builds a
+//! report per window, and each would otherwise read every symbol table and DWARF again. An object is opened
+//! again only when the file at its path changed (another device, inode, size or modification time: a build
+//! replaced it), so a window never names code with a stale table.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use crate::symbols::ElfSymbolizer;
+
+/// What tells one file at a path from another: device, inode, size, modification time (ns).
+type Identity = (u64, u64, u64, i128);
+
+/// An object opened (or refused, with why).
+pub type Opened = Result<Arc<ElfSymbolizer>, String>;
+
+/// Objects opened by path, kept across reports.
+#[derive(Default)]
+pub struct SymbolCache {
+    objects: Mutex<HashMap<String, (Option<Identity>, Opened)>>,
+}
+
+impl std::fmt::Debug for SymbolCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SymbolCache({} objects)", self.len())
+    }
+}
+
+fn identity(path: &str) -> Option<Identity> {
+    let m = std::fs::metadata(path).ok()?;
+    let mtime = i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
+    Some((m.dev(), m.ino(), m.size(), mtime))
+}
+
+impl SymbolCache {
+    /// The objects at `paths`, each opened once while its file stays the same (in parallel: loading DWARF is
+    /// most of the cost).
+    pub fn open_all(&self, paths: &[&str]) -> Vec<(String, Opened)> {
+        let ids: Vec<Option<Identity>> = paths.iter().map(|p| identity(p)).collect();
+        let mut found: Vec<Option<Opened>> = {
+            let objects = self.lock();
+            paths
+                .iter()
+                .zip(&ids)
+                .map(|(p, id)| match objects.get(*p) {
+                    Some((was, opened)) if id.is_some() && was == id => Some(opened.clone()),
+                    _ => None,
+                })
+                .collect()
+        };
+        let missing: Vec<usize> = (0..paths.len()).filter(|&i| found[i].is_none()).collect();
+        let opened: Vec<(usize, Opened)> = std::thread::scope(|scope| {
+            let handles: Vec<_> = missing
+                .iter()
+                .map(|&i| {
+                    let p = paths[i];
+                    scope.spawn(move || (i, ElfSymbolizer::open(Path::new(p)).map(Arc::new)))
+                })
+                .collect();
+            handles.into_iter().filter_map(|h| h.join().ok()).collect()
+        });
+        let mut objects = self.lock();
+        for (i, o) in opened {
+            objects.insert(paths[i].to_string(), (ids[i], o.clone()));
+            found[i] = Some(o);
+        }
+        paths
+            .iter()
+            .zip(found)
+            .filter_map(|(p, o)| Some((p.to_string(), o?)))
+            .collect()
+    }
+
+    /// How many objects are held.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Option<Identity>, Opened)>> {
+        // A panic while the map was held cannot leave it half-changed (each change is one insert).
+        self.objects.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
