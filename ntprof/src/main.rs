@@ -10,6 +10,7 @@ mod demo;
 mod diff_cmd;
 mod output;
 mod progress;
+mod push;
 mod report_cmd;
 mod sources;
 mod text;
@@ -40,6 +41,12 @@ fn finish(result: Result<(), String>) -> ExitCode {
     }
 }
 
+/// A usage error found after parsing (exit status 2, as clap's own).
+fn usage_error(msg: &str) -> ExitCode {
+    eprintln!("ntprof: error: {msg}");
+    ExitCode::from(2)
+}
+
 /// Write the report of a run and end with its exit status.
 fn report(result: Result<Outcome, Failure>, out: &output::OutputArgs) -> ExitCode {
     match result {
@@ -65,15 +72,25 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Record(a) => {
+            let pushers = match push::Pushers::start(&a.push, &a.command, a.pid.first().copied()) {
+                Ok(p) => p,
+                Err(e) => return usage_error(&e),
+            };
             let progress = progress::Progress::new(a.quiet);
-            let result = record::record(&a.options(), &progress);
+            let mut result = record::record(&a.options(), &progress);
             drop(progress);
+            push::end_run(pushers, &mut result, true);
             report(result, &a.output)
         }
         Command::Attach(a) => {
+            let pushers = match push::Pushers::start(&a.push, &[], a.pid.first().copied()) {
+                Ok(p) => p,
+                Err(e) => return usage_error(&e),
+            };
             let progress = progress::Progress::new(a.quiet);
-            let result = record::attach(&a.options(), &progress);
+            let mut result = record::attach(&a.options(), &progress);
             drop(progress);
+            push::end_run(pushers, &mut result, true);
             report(result, &a.output)
         }
         Command::Diff(a) => finish(diff_cmd::run(&a)),

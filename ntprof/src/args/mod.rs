@@ -174,6 +174,9 @@ pub struct RecordArgs {
     /// No live progress on stderr.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// Push options.
+    #[command(flatten)]
+    pub push: crate::push::PushArgs,
     /// The command to run and its arguments: after '--', or as the first word that is not an option (every
     /// word after it is the command's, as with perf).
     #[arg(value_name = "CMD", trailing_var_arg = true, num_args = 0..)]
@@ -200,6 +203,9 @@ pub struct AttachArgs {
     /// No live progress on stderr.
     #[arg(short = 'q', long)]
     pub quiet: bool,
+    /// Push options.
+    #[command(flatten)]
+    pub push: crate::push::PushArgs,
 }
 
 /// The options of `ntprof demo`.

@@ -1,0 +1,315 @@
+//! `ntprof record --every 1 --push URL` against the real servers `.ci/backends` builds (Pyroscope, Parca over
+//! gRPC and HTTP, the OpenTelemetry Collector over OTLP/HTTP and gRPC with its file exporter), each started on
+//! 127.0.0.1 and stopped after: the windows of a designed workload (push_three and push_one, CPU work 3:1) are
+//! read back through the backend's own query API, where at least two windows must have arrived, the designed
+//! share hold within the sampling noise of the samples read back, and the labels (service name, team=x, host,
+//! pid, command line) be those sent. A backend that is down must not stall the run, and a refused push shows
+//! the backend's answer. A server that is not built fails its test with the reason and the command that
+//! builds it.
+
+mod common;
+#[path = "push/otlp_json.rs"]
+mod otlp_json;
+#[path = "push/readback.rs"]
+mod readback;
+#[path = "../../ntprof-push/tests/common/mod.rs"]
+mod servers;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use servers::{Server, backend, check_shares, free_port, scratch};
+
+/// Rounds of the workload: about 2.5 s of CPU time, so at least two one-second windows on any machine.
+const ROUNDS: &str = "400";
+
+/// One ntprof run and what it said.
+struct Run {
+    status: Option<i32>,
+    stderr: String,
+    /// The JSON report (the last window's).
+    report: Value,
+    wall: Duration,
+}
+
+/// The workload, built once per scratch directory.
+fn workload(dir: &Path) -> PathBuf {
+    let exe = dir.join("workload");
+    let src = servers::root().join("ntprof-push/tests/workload.c");
+    common::gcc(
+        &[
+            "-O2",
+            "-g",
+            "-fno-inline",
+            "-o",
+            exe.to_str().unwrap(),
+            src.to_str().unwrap(),
+        ],
+        dir,
+    );
+    exe
+}
+
+/// `ntprof record --every 1 --push URL... PUSH_ARGS --json DIR/report.json -- CMD...`.
+fn record(dir: &Path, urls: &[String], push_args: &[&str], cmd: &[&str]) -> Run {
+    let json = dir.join("report.json");
+    let _ = std::fs::remove_file(&json);
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ntprof"));
+    c.args(["record", "--quiet", "--every", "1", "--json"])
+        .arg(&json)
+        .args(["--output", "/dev/null"]);
+    for u in urls {
+        c.arg("--push").arg(u);
+    }
+    c.args(push_args).arg("--").args(cmd);
+    let t0 = Instant::now();
+    let out = common::run_bounded(&mut c, Duration::from_secs(180));
+    let wall = t0.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let report = std::fs::read_to_string(&json)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| panic!("no JSON report from {c:?}: {stderr}"));
+    Run {
+        status: out.status.code(),
+        stderr,
+        report,
+        wall,
+    }
+}
+
+/// The windows the summary on stderr says went to `url` (and that none was dropped).
+fn pushed_ok(run: &Run, url: &str) -> u64 {
+    let want = format!("to {url}, 0 dropped");
+    let line = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("ntprof: pushed ") && l.contains(&want))
+        .unwrap_or_else(|| panic!("no summary '... {want}' on stderr:\n{}", run.stderr));
+    let n: u64 = line["ntprof: pushed ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(n >= 2, "only {n} windows pushed: {line}");
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    n
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn pid_of(run: &Run) -> String {
+    run.report["run"]["pid"].as_u64().unwrap().to_string()
+}
+
+#[test]
+fn pyroscope_windows_read_back_with_shares_and_labels_and_a_refusal_shows_its_answer() {
+    let bin = backend("pyroscope");
+    let dir = scratch("cli-pyroscope");
+    let exe = workload(&dir);
+    let (mut server, http) = readback::start_pyroscope(&bin, &dir);
+    let url = format!("pyroscope+http://127.0.0.1:{http}");
+    let run = record(
+        &dir,
+        std::slice::from_ref(&url),
+        &["--name", "cli-pyro", "--label", "team=x"],
+        &[exe.to_str().unwrap(), ROUNDS],
+    );
+    let sent = pushed_ok(&run, &url);
+    let back = readback::pyroscope(&mut server, http, "{service_name=\"cli-pyro\",team=\"x\"}");
+    assert!(
+        back.windows >= 2 && back.windows <= sent,
+        "{} windows read back, {sent} sent",
+        back.windows
+    );
+    let share = check_shares(&back.counts, "pyroscope");
+    eprintln!(
+        "pyroscope: {sent} windows sent, {} read back, push_three {share:.3} of {:?}",
+        back.windows, back.counts
+    );
+    for (label, want) in [
+        ("team", "x".to_string()),
+        ("host", hostname()),
+        ("pid", pid_of(&run)),
+        ("service_name", "cli-pyro".to_string()),
+    ] {
+        assert_eq!(back.labels.get(label), Some(&vec![want]), "{label}");
+    }
+    let line = &back.labels["command_line"][0];
+    assert!(line.contains("workload 400"), "{line}");
+
+    // A label value longer than Pyroscope takes: the push is refused, and the answer is shown.
+    let long = format!("big={}", "v".repeat(3000));
+    let run = record(
+        &dir,
+        std::slice::from_ref(&url),
+        &["--name", "cli-pyro-refused", "--label", &long],
+        &[exe.to_str().unwrap(), "50"],
+    );
+    assert_eq!(run.status, Some(0), "{}", run.stderr);
+    let summary = run
+        .stderr
+        .lines()
+        .find(|l| l.contains(&format!("to {url}")))
+        .unwrap_or_else(|| panic!("no summary:\n{}", run.stderr));
+    assert!(
+        summary.contains("pushed 0 windows") && summary.contains("refused"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("backend refused the profile: HTTP 4"),
+        "{summary}"
+    );
+    assert!(
+        summary.to_ascii_lowercase().contains("label value"),
+        "the backend's own words: {summary}"
+    );
+    let notes = run.report["run"]["notes"].to_string();
+    assert!(notes.contains("were refused"), "{notes}");
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn parca_grpc_and_http_windows_read_back_through_the_query_service() {
+    let bin = backend("parca");
+    let dir = scratch("cli-parca");
+    let exe = workload(&dir);
+    let (mut server, port) = readback::start_parca(&bin, &dir);
+    for transport in ["grpc", "http"] {
+        let url = format!("parca+{transport}://127.0.0.1:{port}");
+        let name = format!("cli-parca-{transport}");
+        let run = record(
+            &dir,
+            std::slice::from_ref(&url),
+            &["--name", &name, "--label", "team=x"],
+            &[exe.to_str().unwrap(), ROUNDS],
+        );
+        let sent = pushed_ok(&run, &url);
+        let selector = format!("{{service_name=\"{name}\",team=\"x\"}}");
+        let back = readback::parca(&mut server, port, &selector);
+        assert!(
+            back.windows >= 2 && back.windows <= sent,
+            "{transport}: {} windows read back, {sent} sent",
+            back.windows
+        );
+        let share = check_shares(&back.counts, &url);
+        eprintln!(
+            "{url}: {sent} windows sent, {} read back, push_three {share:.3} of {:?}",
+            back.windows, back.counts
+        );
+        for (label, want) in [
+            ("team", "x".to_string()),
+            ("host", hostname()),
+            ("pid", pid_of(&run)),
+        ] {
+            assert!(
+                back.labels.get(label).is_some_and(|v| v.contains(&want)),
+                "{transport}: {label}={want} not in {:?}",
+                back.labels.get(label)
+            );
+        }
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn otlp_http_and_grpc_windows_read_back_from_the_collector_file() {
+    let bin = backend("otelcol");
+    let dir = scratch("cli-otelcol");
+    let exe = workload(&dir);
+    let (server, grpc, http, file) = readback::start_collector(&bin, &dir);
+    for (url, transport) in [
+        (format!("otlp+http://127.0.0.1:{http}"), "http"),
+        (format!("otlp+grpc://127.0.0.1:{grpc}"), "grpc"),
+    ] {
+        let name = format!("cli-otlp-{transport}");
+        let run = record(
+            &dir,
+            std::slice::from_ref(&url),
+            &["--name", &name, "--label", "team=x"],
+            &[exe.to_str().unwrap(), ROUNDS],
+        );
+        let sent = pushed_ok(&run, &url);
+        let back = readback::collector(&server, &file, &name, sent);
+        assert_eq!(back.windows, sent, "{url}: one export per window");
+        let share = check_shares(&back.counts, &url);
+        eprintln!(
+            "{url}: {sent} windows sent and read back, push_three {share:.3} of {:?}",
+            back.counts
+        );
+        for (label, want) in [
+            ("team", "x".to_string()),
+            ("host", hostname()),
+            ("pid", pid_of(&run)),
+            ("service.name", name.clone()),
+        ] {
+            assert_eq!(back.labels.get(label), Some(&vec![want]), "{label}");
+        }
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_backend_that_is_down_never_stalls_the_run_and_its_drops_are_counted() {
+    let dir = scratch("cli-down");
+    let exe = workload(&dir);
+    // The workload alone, as a reference for the run's length (the same machine, the same load).
+    let script = "\"$0\" 400 >/dev/null; exit 7";
+    let t0 = Instant::now();
+    let alone = Command::new("sh")
+        .args(["-c", script])
+        .arg(&exe)
+        .status()
+        .unwrap();
+    let alone_wall = t0.elapsed();
+    assert_eq!(alone.code(), Some(7));
+
+    // Nothing listens there: every attempt fails and is retried with backoff while the run goes on.
+    let port = free_port();
+    let url = format!("parca+grpc://127.0.0.1:{port}");
+    let run = record(
+        &dir,
+        std::slice::from_ref(&url),
+        &["--name", "cli-down"],
+        &["sh", "-c", script, exe.to_str().unwrap()],
+    );
+    assert_eq!(run.status, Some(7), "the workload's status: {}", run.stderr);
+    // The end waits at most the grace (2 s) for the queue; the rest is the machine's noise.
+    let limit = alone_wall.mul_f64(1.5) + Duration::from_secs(5);
+    assert!(
+        run.wall <= limit,
+        "the run took {:?}, the workload alone {alone_wall:?}: stalled by the push",
+        run.wall
+    );
+    let windows = run.report["run"]["window"]["index"].as_u64().unwrap() + 1;
+    assert!(windows >= 2, "{windows} windows");
+    let want = format!("pushed 0 windows to {url}, {windows} dropped");
+    assert!(
+        run.stderr.contains(&want) && run.stderr.contains("backend not reached"),
+        "'{want}' and the cause on stderr:\n{}",
+        run.stderr
+    );
+    let notes = run.report["run"]["notes"].to_string();
+    assert!(
+        notes.contains(&format!(
+            "{windows} windows of {windows} pushed to {url} were dropped"
+        )) && notes.contains("down"),
+        "{notes}"
+    );
+    eprintln!(
+        "down: {windows} windows dropped, run {:?} against {alone_wall:?} alone",
+        run.wall
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
