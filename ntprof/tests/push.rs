@@ -20,7 +20,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use servers::{Server, backend, check_shares, free_port, scratch};
+use servers::{backend, check_shares, free_port, scratch};
 
 /// Rounds of the workload: about 2.5 s of CPU time, so at least two one-second windows on any machine.
 const ROUNDS: &str = "400";
@@ -147,7 +147,7 @@ fn pyroscope_windows_read_back_with_shares_and_labels_and_a_refusal_shows_its_an
     assert!(line.contains("workload 400"), "{line}");
 
     // A label value longer than Pyroscope takes: the push is refused, and the answer is shown.
-    let long = format!("big={}", "v".repeat(3000));
+    let long = format!("big={}", "v".repeat(2100));
     let run = record(
         &dir,
         std::slice::from_ref(&url),
@@ -195,7 +195,8 @@ fn parca_grpc_and_http_windows_read_back_through_the_query_service() {
         );
         let sent = pushed_ok(&run, &url);
         let selector = format!("{{service_name=\"{name}\",team=\"x\"}}");
-        let back = readback::parca(&mut server, port, &selector);
+        let period = run.report["sources"][0]["sample_value"].as_i64().unwrap();
+        let back = readback::parca(&mut server, port, &selector, period);
         assert!(
             back.windows >= 2 && back.windows <= sent,
             "{transport}: {} windows read back, {sent} sent",

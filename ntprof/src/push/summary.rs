@@ -22,7 +22,7 @@ fn windows(n: u64) -> String {
 
 /// The longest backend answer shown, in characters: a longer one keeps its beginning and its end (where the
 /// backends say what was wrong), the middle cut.
-const ANSWER_MAX: usize = 600;
+const ANSWER_MAX: usize = 8000;
 
 fn shorten(e: &str) -> String {
     let n = e.chars().count();
@@ -143,7 +143,7 @@ mod tests {
         assert!(notes[0].starts_with("3 windows of 3 pushed to otlp+http://h:1 were dropped"));
         assert!(notes[0].contains("down"), "{}", notes[0]);
         assert!(notes[1].contains("HTTP 400: no"), "{}", notes[1]);
-        let long = format!("HTTP 422: {} value too long", "v".repeat(5000));
+        let long = format!("HTTP 422: {} value too long", "v".repeat(9000));
         let cut = shorten(&long);
         assert!(
             cut.len() < 700 && cut.starts_with("HTTP 422: vvv") && cut.ends_with("value too long")

@@ -264,8 +264,9 @@ fn encode(s: &str) -> String {
 const PARCA_TYPE: &str = "process_cpu:samples:count:cpu:nanoseconds:delta";
 
 /// Parca: the merged profile (`Query`, MODE_MERGE, as pprof; its values over the period are the counts), the
-/// windows (`QueryRange`, one sample per stored profile) and the label values.
-pub fn parca(server: &mut Server, port: u16, selector: &str) -> ReadBack {
+/// windows (`QueryRange`, one sample per stored profile) and the label values. `period`: the nanoseconds a
+/// sample stands for (the report's `sample_value`): Parca answers in nanoseconds, with no period.
+pub fn parca(server: &mut Server, port: u16, selector: &str, period: i64) -> ReadBack {
     let base = format!("http://127.0.0.1:{port}/api/profiles");
     let (start, end) = range_ms();
     let (from, to) = (rfc3339(start), rfc3339(end));
@@ -284,9 +285,17 @@ pub fn parca(server: &mut Server, port: u16, selector: &str) -> ReadBack {
         if bytes.is_empty() {
             return Err("no profile yet".into());
         }
-        let (_, values, period) = pprof_self_values(&bytes);
-        if values.values().sum::<i64>() == 0 || period <= 0 {
-            return Err(format!("no samples yet (period {period})"));
+        let (kind, values, _) = pprof_self_values(&bytes);
+        if values.values().sum::<i64>() == 0 {
+            return Err("no samples yet".into());
+        }
+        assert_eq!(kind.1, "nanoseconds", "{kind:?}");
+        for (f, v) in &values {
+            assert_eq!(
+                v % period,
+                0,
+                "{f}: {v} ns is not a whole number of {period} ns samples"
+            );
         }
         Ok(values.into_iter().map(|(f, v)| (f, v / period)).collect())
     });
