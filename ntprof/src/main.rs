@@ -13,6 +13,7 @@ mod progress;
 mod report_cmd;
 mod sources;
 mod text;
+mod windows;
 mod workload;
 
 // The engine's modules under their old names, for the paths of the command's own modules.
@@ -61,17 +62,83 @@ fn report(result: Result<Outcome, Failure>, out: &output::OutputArgs) -> ExitCod
     }
 }
 
+/// A run cut into windows (`--every`): each window written as it closes; at the end, what was written.
+fn windowed(
+    args: &windows::WindowArgs,
+    out: &output::OutputArgs,
+    quiet: bool,
+    every: f64,
+    progress: &progress::Progress,
+    run: impl FnOnce(record::Windows<'_>) -> Result<Outcome, Failure>,
+) -> ExitCode {
+    let dir = match windows::folder(args, out, false)
+        .and_then(|dir| windows::check_format(out, dir.as_deref()).map(|()| dir))
+    {
+        Ok(dir) => dir,
+        Err(msg) => {
+            eprintln!("ntprof: error: {msg}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut taker = match windows::Windows::new(dir, args.keep, progress, quiet) {
+        Ok(t) => t,
+        Err(msg) => {
+            eprintln!("ntprof: error: {msg}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = run(taker.engine(every));
+    ntprof_engine::progress::Progress::finish(progress);
+    match result {
+        Ok(outcome) => {
+            if let Some(line) = taker.summary(every) {
+                eprintln!("ntprof: {line}");
+            }
+            if let Some(w) = outcome.warning {
+                eprintln!("ntprof: error: {w}");
+                return ExitCode::from(2);
+            }
+            if taker.failed > 0 {
+                return ExitCode::FAILURE;
+            }
+            ExitCode::from(outcome.exit)
+        }
+        Err(f) => {
+            eprintln!("ntprof: error: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Record(a) => {
             let progress = progress::Progress::new(a.quiet);
+            if let Some(every) = a.window.every {
+                return windowed(&a.window, &a.output, a.quiet, every, &progress, |w| {
+                    record::record_windows(&a.options(), w, &progress)
+                });
+            }
+            if let Err(msg) = windows::folder(&a.window, &a.output, false) {
+                eprintln!("ntprof: error: {msg}");
+                return ExitCode::from(2);
+            }
             let result = record::record(&a.options(), &progress);
             drop(progress);
             report(result, &a.output)
         }
         Command::Attach(a) => {
             let progress = progress::Progress::new(a.quiet);
+            if let Some(every) = a.window.every {
+                return windowed(&a.window, &a.output, a.quiet, every, &progress, |w| {
+                    record::attach_windows(&a.options(), w, &progress)
+                });
+            }
+            if let Err(msg) = windows::folder(&a.window, &a.output, false) {
+                eprintln!("ntprof: error: {msg}");
+                return ExitCode::from(2);
+            }
             let result = record::attach(&a.options(), &progress);
             drop(progress);
             report(result, &a.output)
