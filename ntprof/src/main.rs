@@ -14,6 +14,7 @@ mod push;
 mod report_cmd;
 mod sources;
 mod text;
+mod windows;
 mod workload;
 
 // The engine's modules under their old names, for the paths of the command's own modules.
@@ -68,6 +69,58 @@ fn report(result: Result<Outcome, Failure>, out: &output::OutputArgs) -> ExitCod
     }
 }
 
+/// A run cut into windows (`--every`): each window written as it closes; at the end, what was written.
+fn windowed(
+    args: &windows::WindowArgs,
+    out: &output::OutputArgs,
+    quiet: bool,
+    every: f64,
+    progress: &progress::Progress,
+    pushers: Option<push::Pushers>,
+    run: impl FnOnce(record::Windows<'_>) -> Result<Outcome, Failure>,
+) -> ExitCode {
+    let dir = match windows::folder(args, out, pushers.is_some())
+        .and_then(|dir| windows::check_format(out, dir.as_deref()).map(|()| dir))
+    {
+        Ok(dir) => dir,
+        Err(msg) => {
+            eprintln!("ntprof: error: {msg}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut taker = match windows::Windows::new(dir, args.keep, progress, quiet) {
+        Ok(t) => t,
+        Err(msg) => {
+            eprintln!("ntprof: error: {msg}");
+            return ExitCode::FAILURE;
+        }
+    };
+    taker.push = pushers;
+    let mut result = run(taker.engine(every));
+    ntprof_engine::progress::Progress::finish(progress);
+    // --push: the queues were drained at the last window; a run that ended without one drains them here.
+    push::end_run(taker.push.take(), &mut result, false);
+    match result {
+        Ok(outcome) => {
+            if let Some(line) = taker.summary(every) {
+                eprintln!("ntprof: {line}");
+            }
+            if let Some(w) = outcome.warning {
+                eprintln!("ntprof: error: {w}");
+                return ExitCode::from(2);
+            }
+            if taker.failed > 0 {
+                return ExitCode::FAILURE;
+            }
+            ExitCode::from(outcome.exit)
+        }
+        Err(f) => {
+            eprintln!("ntprof: error: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -77,6 +130,21 @@ fn main() -> ExitCode {
                 Err(e) => return usage_error(&e),
             };
             let progress = progress::Progress::new(a.quiet);
+            if let Some(every) = a.window.every {
+                return windowed(
+                    &a.window,
+                    &a.output,
+                    a.quiet,
+                    every,
+                    &progress,
+                    pushers,
+                    |w| record::record_windows(&a.options(), w, &progress),
+                );
+            }
+            if let Err(msg) = windows::folder(&a.window, &a.output, false) {
+                eprintln!("ntprof: error: {msg}");
+                return ExitCode::from(2);
+            }
             let mut result = record::record(&a.options(), &progress);
             drop(progress);
             push::end_run(pushers, &mut result, true);
@@ -88,6 +156,21 @@ fn main() -> ExitCode {
                 Err(e) => return usage_error(&e),
             };
             let progress = progress::Progress::new(a.quiet);
+            if let Some(every) = a.window.every {
+                return windowed(
+                    &a.window,
+                    &a.output,
+                    a.quiet,
+                    every,
+                    &progress,
+                    pushers,
+                    |w| record::attach_windows(&a.options(), w, &progress),
+                );
+            }
+            if let Err(msg) = windows::folder(&a.window, &a.output, false) {
+                eprintln!("ntprof: error: {msg}");
+                return ExitCode::from(2);
+            }
             let mut result = record::attach(&a.options(), &progress);
             drop(progress);
             push::end_run(pushers, &mut result, true);

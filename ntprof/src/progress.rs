@@ -74,6 +74,14 @@ impl Progress {
         bar
     }
 
+    /// Print a line on stderr above the display (which is drawn again below it).
+    pub fn println(&self, line: &str) {
+        match self.bar.get() {
+            Some(bar) => bar.println(line),
+            None => eprintln!("{line}"),
+        }
+    }
+
     /// Whether anything is drawn.
     #[cfg(test)]
     fn visible(&self) -> bool {

@@ -171,6 +171,9 @@ pub struct RecordArgs {
     /// Output options.
     #[command(flatten)]
     pub output: OutputArgs,
+    /// Windows (--every, --keep).
+    #[command(flatten)]
+    pub window: crate::windows::WindowArgs,
     /// No live progress on stderr.
     #[arg(short = 'q', long)]
     pub quiet: bool,
@@ -200,6 +203,9 @@ pub struct AttachArgs {
     /// Output options.
     #[command(flatten)]
     pub output: OutputArgs,
+    /// Windows (--every, --keep).
+    #[command(flatten)]
+    pub window: crate::windows::WindowArgs,
     /// No live progress on stderr.
     #[arg(short = 'q', long)]
     pub quiet: bool,

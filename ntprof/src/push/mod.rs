@@ -252,6 +252,31 @@ fn span(report: &Report) -> (SystemTime, SystemTime) {
     }
 }
 
+/// A window of a run cut by `--every`, with `--push`: queued for every URL. At the run's last window the
+/// queues are drained (at most [`GRACE`]) and the summary printed; the last window's report is then returned
+/// with the notes of what the pushes lost, to be written in its place. `None`: write `report` as it is.
+pub fn window(
+    pushers: &mut Option<Pushers>,
+    report: &Report,
+    progress: &crate::progress::Progress,
+) -> Option<Report> {
+    pushers.as_mut()?.send(report);
+    if !report.run.window.as_ref().is_some_and(|w| w.last) {
+        return None;
+    }
+    let summary = pushers.take()?.finish();
+    for line in summary.lines() {
+        progress.println(&format!("ntprof: {line}"));
+    }
+    let notes = summary.notes();
+    if notes.is_empty() {
+        return None;
+    }
+    let mut noted = report.clone();
+    noted.run.notes.extend(notes);
+    Some(noted)
+}
+
 /// The end of a run with `--push`: without windows (`whole_run`), the run's report is pushed as one window;
 /// then the queues drain for a short grace, the summary goes to stderr and the drops and refusals into the
 /// report's notes. Nothing to do without `--push`.

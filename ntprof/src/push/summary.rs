@@ -34,10 +34,18 @@ fn shorten(e: &str) -> String {
     format!("{head} [...{} characters...] {tail}", n - ANSWER_MAX)
 }
 
+/// Whether an error says the backend was not there: not reached, or gRPC's Unavailable (which a connection
+/// refused becomes) or a deadline passed.
+fn unreachable(e: &str) -> bool {
+    e.starts_with("backend not reached")
+        || e.contains("gRPC Unavailable")
+        || e.contains("gRPC DeadlineExceeded")
+}
+
 /// Why windows were lost: the backend's refusal, or that it was not reached.
 fn cause(stats: &Stats) -> String {
     match &stats.last_error {
-        Some(e) if e.starts_with("backend not reached") => {
+        Some(e) if unreachable(e) => {
             format!("the backend was down or slow ({})", shorten(e))
         }
         Some(e) => shorten(e),
