@@ -16,8 +16,10 @@ fn no_push_is_none_and_push_options_alone_are_refused() {
             .unwrap()
             .is_none()
     );
-    let mut a = PushArgs::default();
-    a.name = Some("svc".into());
+    let a = PushArgs {
+        name: Some("svc".into()),
+        ..PushArgs::default()
+    };
     let e = Pushers::start(&a, &[], None).err().unwrap();
     assert!(e.contains("go with --push"), "{e}");
 }
