@@ -197,7 +197,11 @@ pub fn profile(report: &Report) -> Profile {
         string_table: b.strings,
         drop_frames: 0,
         keep_frames: 0,
-        time_nanos: rfc3339_nanos(&report.run.started_at).unwrap_or(0),
+        // A window's own start (its duration is `duration_s`).
+        time_nanos: match &report.run.window {
+            Some(w) => i64::try_from(w.start_unix_ns).unwrap_or(i64::MAX),
+            None => rfc3339_nanos(&report.run.started_at).unwrap_or(0),
+        },
         duration_nanos: (report.run.duration_s * 1e9).round() as i64,
         period_type: period_type.clone(),
         period,
