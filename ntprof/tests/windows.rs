@@ -374,3 +374,77 @@ fn options_that_cannot_go_together_are_refused_before_anything_runs() {
         assert!(!marker.exists(), "{args:?}: the command ran");
     }
 }
+
+/// JIT code is named in every window: node writes its jitdump file as it compiles, and each window's report
+/// names its samples from it (by time), as a whole run's report does.
+#[test]
+fn jit_code_is_named_in_each_window() {
+    let node = Command::new("node").arg("--version").output();
+    assert!(
+        node.is_ok_and(|o| o.status.success()),
+        "node is required by this test and is missing or broken (install it: apt-get install nodejs)"
+    );
+    let work = dir().join("jit");
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).unwrap();
+    let script = work.join("hot.js");
+    std::fs::write(
+        &script,
+        "function hotLoop(n) { let x = 0; for (let i = 0; i < n; i++) x = (x * 31 + i) % 1000003; return x; }\n\
+         let s = 0; const end = Date.now() + 3000;\n\
+         while (Date.now() < end) s += hotLoop(1000000);\n\
+         console.log(s);\n",
+    )
+    .unwrap();
+    let out = work.join("w/");
+    let run = run_ok(
+        Command::new(NTPROF)
+            .current_dir(&work)
+            .args(["record", "-q", "--every", "1", "--output"])
+            .arg(&out)
+            .args(["--", "node", "--perf-prof", "--perf-basic-prof"])
+            .arg(&script),
+        LIMIT,
+    );
+    let windows = windows_in(&out);
+    check_cover(&out, &windows, 0);
+    // Mid-run the runtime's dump may lack its newest code loads (it writes them buffered), so a window's JIT code
+    // is named by time or from the perf map: either way, by the function.
+    let mut named_windows = 0;
+    for (stem, r) in &windows {
+        let s = source(r, "Timer");
+        let (mut hot, mut jit) = (0, 0);
+        for f in s["functions"].as_array().unwrap() {
+            if f["module"].as_str().unwrap().starts_with("[JIT] pid ") {
+                jit += u(&f["samples"]);
+                if f["name"].as_str().unwrap().contains("hotLoop") {
+                    hot += u(&f["samples"]);
+                }
+            }
+        }
+        if jit >= 50 {
+            assert!(
+                hot * 10 >= jit * 9,
+                "{stem}: hotLoop {hot} of {jit} JIT samples"
+            );
+            assert!(
+                !r["run"]["jit"].as_array().unwrap().is_empty(),
+                "{stem}: how its JIT code was named: {}",
+                r["run"]
+            );
+            named_windows += 1;
+        }
+    }
+    assert!(
+        named_windows >= 2,
+        "JIT code named in {named_windows} windows of {}: {}",
+        windows.len(),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    for entry in std::fs::read_dir(&work).unwrap() {
+        let name = entry.unwrap().file_name();
+        if name.to_string_lossy().starts_with("jit-") {
+            let _ = std::fs::remove_file(work.join(name));
+        }
+    }
+}

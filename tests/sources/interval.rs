@@ -182,62 +182,81 @@ fn interval_switch_takes_effect_within_50ms() {
     assert_eq!(c_set(10_000, 0), NtStatus::SUCCESS);
     assert_eq!(c_query(0), (NtStatus::SUCCESS, 10_000));
 
-    let stop = AtomicBool::new(false);
-    let (pre, post) = (SpinState::new(), SpinState::new());
-    let p_pre = profile_over(spin_pre_range(), s).expect("build");
-    let p_post = profile_over(spin_post_range(), s).expect("build");
-    let (readings, switched_at) = std::thread::scope(|sc| {
-        let stopper = RaiseOnDrop(&stop);
-        // Created before the start: instrumented by the start's thread scan.
-        let t_pre = sc.spawn(|| spinner(spin_pre, &pre, &stop));
-        let pre_clock = pre.wait();
-        p_pre.start().expect("start");
-        p_post.start().expect("start");
-        // Created after the start: covered through inheritance from this thread (see `NoContextSwap`).
-        let no_swap = NoContextSwap::open();
-        let t_post = sc.spawn(|| spinner(spin_post, &post, &stop));
-        let post_clock = post.wait();
-        let origin = Instant::now();
-        let mut readings = Vec::with_capacity(WINDOWS + 1);
-        let mut switched_at = None;
-        // At least WINDOWS windows, then on until each thread has had 12 ms of CPU time since the reading 50 ms
-        // after the switch (a loaded machine gives a spinning thread a small part of a CPU), at most 10 s.
-        for w in 0.. {
-            if w > WINDOWS {
-                let mark = &readings[SWITCH_AT + 2];
-                let last: &Reading = readings.last().expect("readings");
-                let enough = (0..2).all(|t| last.cpu[t] - mark.cpu[t] >= 12_000_000);
-                if enough || w > 400 {
-                    break;
+    // The reading right after the switch must come within 50 ms of it: on a loaded machine the test thread
+    // itself may not run for longer, and then the run cannot judge; it is made again (up to 3 runs).
+    let mut attempt = 0;
+    let (readings, switched_at, a, b) = loop {
+        attempt += 1;
+        assert_eq!(c_set(10_000, 0), NtStatus::SUCCESS);
+        let stop = AtomicBool::new(false);
+        let (pre, post) = (SpinState::new(), SpinState::new());
+        let p_pre = profile_over(spin_pre_range(), s).expect("build");
+        let p_post = profile_over(spin_post_range(), s).expect("build");
+        let (readings, switched_at) = std::thread::scope(|sc| {
+            let stopper = RaiseOnDrop(&stop);
+            // Created before the start: instrumented by the start's thread scan.
+            let t_pre = sc.spawn(|| spinner(spin_pre, &pre, &stop));
+            let pre_clock = pre.wait();
+            p_pre.start().expect("start");
+            p_post.start().expect("start");
+            // Created after the start: covered through inheritance from this thread (see `NoContextSwap`).
+            let no_swap = NoContextSwap::open();
+            let t_post = sc.spawn(|| spinner(spin_post, &post, &stop));
+            let post_clock = post.wait();
+            let origin = Instant::now();
+            let mut readings = Vec::with_capacity(WINDOWS + 1);
+            let mut switched_at = None;
+            // At least WINDOWS windows, then on until each thread has had 12 ms of CPU time since the reading 50 ms
+            // after the switch (a loaded machine gives a spinning thread a small part of a CPU), at most 10 s.
+            for w in 0.. {
+                if w > WINDOWS {
+                    let mark = &readings[SWITCH_AT + 2];
+                    let last: &Reading = readings.last().expect("readings");
+                    let enough = (0..2).all(|t| last.cpu[t] - mark.cpu[t] >= 12_000_000);
+                    if enough || w > 400 {
+                        break;
+                    }
                 }
+                let due = origin + WINDOW * w as u32;
+                if let Some(rest) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(rest);
+                }
+                if w == SWITCH_AT {
+                    switched_at = Some(Instant::now());
+                    assert_eq!(c_set(1_000, 0), NtStatus::SUCCESS, "NtSetIntervalProfile");
+                }
+                // The live reads drain every ring first; then the clocks: a sample taken between the two is
+                // counted in the next window, and that window's CPU time includes it.
+                let count = [p_pre.stats().counted, p_post.stats().counted];
+                let cpu = [clock_ns(pre_clock), clock_ns(post_clock)];
+                readings.push(Reading {
+                    at: Instant::now(),
+                    cpu,
+                    count,
+                });
             }
-            let due = origin + WINDOW * w as u32;
-            if let Some(rest) = due.checked_duration_since(Instant::now()) {
-                std::thread::sleep(rest);
-            }
-            if w == SWITCH_AT {
-                switched_at = Some(Instant::now());
-                assert_eq!(c_set(1_000, 0), NtStatus::SUCCESS, "NtSetIntervalProfile");
-            }
-            // The live reads drain every ring first; then the clocks: a sample taken between the two is
-            // counted in the next window, and that window's CPU time includes it.
-            let count = [p_pre.stats().counted, p_post.stats().counted];
-            let cpu = [clock_ns(pre_clock), clock_ns(post_clock)];
-            readings.push(Reading {
-                at: Instant::now(),
-                cpu,
-                count,
-            });
+            drop(stopper);
+            t_pre.join().expect("pre spinner");
+            t_post.join().expect("post spinner");
+            drop(no_swap);
+            (readings, switched_at.expect("switched"))
+        });
+        p_pre.stop().expect("stop");
+        p_post.stop().expect("stop");
+        assert_eq!(c_query(0), (NtStatus::SUCCESS, 1_000), "the new interval");
+        let late = readings[SWITCH_AT]
+            .at
+            .saturating_duration_since(switched_at);
+        let (a, b) = (p_pre.stats(), p_post.stats());
+        if late <= Duration::from_millis(50) || attempt == 3 {
+            break (readings, switched_at, a, b);
         }
-        drop(stopper);
-        t_pre.join().expect("pre spinner");
-        t_post.join().expect("post spinner");
-        drop(no_swap);
-        (readings, switched_at.expect("switched"))
-    });
-    p_pre.stop().expect("stop");
-    p_post.stop().expect("stop");
-    assert_eq!(c_query(0), (NtStatus::SUCCESS, 1_000), "the new interval");
+        println!(
+            "run {attempt}: the first reading after the switch came {:.1} ms after it (the test thread was \
+             not run): made again",
+            late.as_secs_f64() * 1e3
+        );
+    };
 
     // The timer runs on each thread's own CPU time (cpu-clock counts while the thread is on a CPU), so a
     // thread's sample rate is samples per second of its CPU time: 1000/s at 1 ms, 10000/s at 100 µs. Per wall
@@ -309,6 +328,5 @@ fn interval_switch_takes_effect_within_50ms() {
             "thread {name}: the rate 50 ms after the switch is {ratio:.2}x the rate before, not about 10x"
         );
     }
-    let (a, b) = (p_pre.stats(), p_post.stats());
     println!("pre {a:?}\npost {b:?}");
 }

@@ -114,12 +114,17 @@ impl<'a> Cutter<'a> {
         last: bool,
     ) -> Report {
         session.settle_window_stats();
-        session.tracker.resolve_jit();
+        if !last {
+            // The last window's JIT code was named when the session finished.
+            session.tracker.resolve_jit();
+        }
         let (start, end) = (
             self.unix(self.start_ns),
             self.unix(end_ns.max(self.start_ns)),
         );
         run.duration_s = end.saturating_sub(start) as f64 / 1e9;
+        // The window's CPU: recording and reading in it, and making and handing over the previous window (each
+        // window's own report is counted in the next one's, so the run's CPU is all counted once).
         let cpu = launch::own_cpu();
         run.recorder_cpu_ms = (cpu - self.cpu_at_start).max(0.0) * 1e3;
         run.recorder_rounds = session.rounds - self.rounds_at_start;
@@ -137,7 +142,7 @@ impl<'a> Cutter<'a> {
         session.tracker.start_window();
         self.index += 1;
         self.start_ns = end_ns.max(self.start_ns);
-        self.cpu_at_start = launch::own_cpu();
+        self.cpu_at_start = cpu;
         self.rounds_at_start = session.rounds;
         report
     }

@@ -71,6 +71,7 @@ Examples:
   ntprof record -g -- ./prog                 with call stacks (frame pointers): callers, call tree, flame graph
   ntprof record --call-graph dwarf -- ./prog call stacks of code built without frame pointers (libc too)
   ntprof record -g --format folded -o prog.folded -- ./prog   folded stacks for flamegraph.pl, speedscope
+  ntprof record --every 10 --keep 360 --output prof/ -- ./server   a profile per 10 s window, the last hour kept
 
 The exit status is the command's (128 + N when a signal N killed it); 127 when it cannot be run.";
 

@@ -197,9 +197,9 @@ pub fn profile(report: &Report) -> Profile {
         string_table: b.strings,
         drop_frames: 0,
         keep_frames: 0,
-        // A window's profile starts with the window (the backends file a pushed profile at this time).
+        // A window's own start (its duration is `duration_s`).
         time_nanos: match &report.run.window {
-            Some(w) => i64::try_from(w.start_unix_ns).unwrap_or(0),
+            Some(w) => i64::try_from(w.start_unix_ns).unwrap_or(i64::MAX),
             None => rfc3339_nanos(&report.run.started_at).unwrap_or(0),
         },
         duration_nanos: (report.run.duration_s * 1e9).round() as i64,

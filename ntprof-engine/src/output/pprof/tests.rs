@@ -102,6 +102,28 @@ fn rfc3339_dates() {
     assert_eq!(rfc3339_nanos("yesterday"), None);
 }
 
+/// A window's profile is dated by the window, not by the run's start.
+#[test]
+fn a_window_is_dated_by_its_own_start_and_length() {
+    let mut report = fixture::report();
+    report.run.duration_s = 1.25;
+    report.run.window = Some(crate::report::WindowInfo {
+        index: 7,
+        start_unix_ns: 1_795_441_601_250_000_000,
+        end_unix_ns: 1_795_441_602_500_000_000,
+        start: crate::collect::rfc3339(1_795_441_601_250_000_000, true),
+        end: crate::collect::rfc3339(1_795_441_602_500_000_000, true),
+        last: false,
+    });
+    let p = decode(&render(&report).unwrap());
+    assert_eq!(p.time_nanos, 1_795_441_601_250_000_000);
+    assert_eq!(p.duration_nanos, 1_250_000_000);
+    assert_eq!(
+        report.run.window.as_ref().unwrap().start,
+        "2026-11-23T13:46:41.250000000Z"
+    );
+}
+
 #[test]
 fn the_executable_is_the_first_mapping_even_without_samples() {
     // A shell script: the command is the shell, whose samples are all in the programs it started.
