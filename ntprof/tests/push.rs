@@ -15,6 +15,7 @@ mod readback;
 #[path = "../../ntprof-push/tests/common/mod.rs"]
 mod servers;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -33,6 +34,8 @@ struct Run {
     report: Value,
     /// Windows with samples (the folder holds every window's JSON).
     with_samples: u64,
+    /// Every window as ntprof wrote it.
+    files: Vec<WindowFile>,
     wall: Duration,
 }
 
@@ -85,6 +88,16 @@ fn record(dir: &Path, urls: &[String], push_args: &[&str], cmd: &[&str]) -> Run 
         .iter()
         .filter(|p| read(p)["sources"][0]["stats"]["counted"].as_u64().unwrap() > 0)
         .count() as u64;
+    let files = jsons
+        .iter()
+        .map(|p| {
+            let pprof = PathBuf::from(p.to_str().unwrap().replace(".json", ".pb.gz"));
+            WindowFile {
+                start_ns: read(p)["run"]["window"]["start_unix_ns"].as_u64().unwrap(),
+                counts: servers::pprof_self_counts(&std::fs::read(pprof).unwrap()),
+            }
+        })
+        .collect();
     let report = read(last);
     assert_eq!(
         report["run"]["window"]["last"],
@@ -97,8 +110,49 @@ fn record(dir: &Path, urls: &[String], push_args: &[&str], cmd: &[&str]) -> Run 
         stderr,
         report,
         with_samples,
+        files,
         wall,
     }
+}
+
+/// One window as ntprof wrote it into the folder: its start, and the samples per leaf function of its pprof.
+struct WindowFile {
+    start_ns: u64,
+    counts: BTreeMap<String, i64>,
+}
+
+/// The window with the most samples; `own_second`: among those whose start second no other window shares
+/// (Pyroscope files a profile at its start second).
+fn fullest(run: &Run, own_second: bool) -> &WindowFile {
+    let second = |w: &WindowFile| w.start_ns / 1_000_000_000;
+    run.files
+        .iter()
+        .filter(|w| !own_second || run.files.iter().filter(|o| second(o) == second(w)).count() == 1)
+        .max_by_key(|w| w.counts.values().sum::<i64>())
+        .expect("a window")
+}
+
+/// One window read back: exactly the samples ntprof wrote for it, and the designed share within five
+/// standard deviations of a binomial share of its samples (plus 2 points for the loop's entry and exit).
+fn check_window(back: &BTreeMap<String, i64>, window: &WindowFile, what: &str) -> f64 {
+    assert_eq!(
+        back, &window.counts,
+        "{what}: the window read back against the one written"
+    );
+    let three = *back.get("push_three").unwrap_or(&0) as f64;
+    let n = three + *back.get("push_one").unwrap_or(&0) as f64;
+    assert!(
+        n >= 50.0,
+        "{what}: {n} samples of the designed functions in the window"
+    );
+    let share = three / n;
+    let margin = 5.0 * (0.1875 / n).sqrt() + 0.02;
+    assert!(
+        (share - 0.75).abs() <= margin,
+        "{what}: push_three's share {share:.3} of the window is not 0.75 +- {margin:.3}: {back:?}"
+    );
+    eprintln!("{what}: one window, push_three {share:.3} +- {margin:.3} of {back:?}");
+    share
 }
 
 /// The windows the summary on stderr says went to `url` (and that none was dropped).
@@ -152,6 +206,15 @@ fn pyroscope_windows_read_back_with_shares_and_labels_and_a_refusal_shows_its_an
         back.windows
     );
     let share = check_shares(&back.counts, "pyroscope");
+    let window = fullest(&run, true);
+    let at = (window.start_ns / 1_000_000_000 * 1000) as i64;
+    let one = readback::pyroscope_merge(
+        &server,
+        http,
+        "{service_name=\"cli-pyro\",team=\"x\"}",
+        (at, at + 999),
+    );
+    check_window(&one, window, "pyroscope");
     eprintln!(
         "pyroscope: {sent} windows sent, {} read back, push_three {share:.3} of {:?}",
         back.windows, back.counts
@@ -228,6 +291,10 @@ fn parca_grpc_and_http_windows_read_back_through_the_query_service() {
             "{url}: {sent} windows sent, {} read back, push_three {share:.3} of {:?}",
             back.windows, back.counts
         );
+        let window = fullest(&run, false);
+        let at = (window.start_ns / 1_000_000) as i64;
+        let one = readback::parca_merge(&server, port, &selector, period, (at, at + 500));
+        check_window(&one, window, &url);
         for (label, want) in [
             ("team", "x".to_string()),
             ("host", hostname()),
@@ -274,6 +341,13 @@ fn otlp_http_and_grpc_windows_read_back_from_the_collector_file() {
             "{url}: {sent} windows sent, {} read back, push_three {share:.3} of {:?}",
             back.windows, back.counts
         );
+        let window = fullest(&run, false);
+        let one = back
+            .each
+            .iter()
+            .find(|c| **c == window.counts)
+            .unwrap_or_else(|| panic!("{url}: no export holds the window {:?}", window.counts));
+        check_window(one, window, &url);
         for (label, want) in [
             ("team", "x".to_string()),
             ("host", hostname()),

@@ -22,6 +22,8 @@ pub struct ReadBack {
     pub counts: BTreeMap<String, i64>,
     /// Every value of each label.
     pub labels: BTreeMap<String, Vec<String>>,
+    /// The Collector's file: each export's own samples per leaf function (empty for the other backends).
+    pub each: Vec<BTreeMap<String, i64>>,
 }
 
 fn agent() -> ureq::Agent {
@@ -136,23 +138,22 @@ struct SelectMergeProfileRequest {
 
 const PYROSCOPE_TYPE: &str = "process_cpu:samples:count:cpu:nanoseconds";
 
-/// Pyroscope: the merged profile (`SelectMergeProfile`), the windows (`SelectSeries`, one point per profile
-/// at one-second steps) and the label values (`LabelValues`) of `selector`.
-pub fn pyroscope(server: &mut Server, http: u16, selector: &str) -> ReadBack {
-    let base = format!("http://127.0.0.1:{http}/querier.v1.QuerierService");
-    let (start, end) = range_ms();
-    let counts = until(server, "SelectMergeProfile", || {
+/// Pyroscope's `SelectMergeProfile` of `selector` over `range` (milliseconds): samples per leaf function.
+pub fn pyroscope_merge(
+    server: &Server,
+    http: u16,
+    selector: &str,
+    range: (i64, i64),
+) -> BTreeMap<String, i64> {
+    let url = format!("http://127.0.0.1:{http}/querier.v1.QuerierService/SelectMergeProfile");
+    until(server, "SelectMergeProfile", || {
         let req = SelectMergeProfileRequest {
             profile_type_id: PYROSCOPE_TYPE.into(),
             label_selector: selector.into(),
-            start,
-            end,
+            start: range.0,
+            end: range.1,
         };
-        let (status, body) = post(
-            &format!("{base}/SelectMergeProfile"),
-            "application/proto",
-            &req.encode_to_vec(),
-        );
+        let (status, body) = post(&url, "application/proto", &req.encode_to_vec());
         if status != 200 || body.is_empty() {
             return Err(format!("HTTP {status}: {}", String::from_utf8_lossy(&body)));
         }
@@ -161,7 +162,15 @@ pub fn pyroscope(server: &mut Server, http: u16, selector: &str) -> ReadBack {
             return Err("no samples yet".into());
         }
         Ok(c)
-    });
+    })
+}
+
+/// Pyroscope: the merged profile (`SelectMergeProfile`), the windows (`SelectSeries`, one point per profile
+/// at one-second steps) and the label values (`LabelValues`) of `selector`.
+pub fn pyroscope(server: &mut Server, http: u16, selector: &str) -> ReadBack {
+    let base = format!("http://127.0.0.1:{http}/querier.v1.QuerierService");
+    let (start, end) = range_ms();
+    let counts = pyroscope_merge(server, http, selector, (start, end));
     let series = json!({
         "profileTypeID": PYROSCOPE_TYPE, "labelSelector": selector,
         "start": start, "end": end, "step": 1.0,
@@ -199,6 +208,7 @@ pub fn pyroscope(server: &mut Server, http: u16, selector: &str) -> ReadBack {
         windows: stamps.len() as u64,
         counts,
         labels,
+        each: Vec::new(),
     }
 }
 
@@ -246,7 +256,8 @@ fn rfc3339(ms: i64) -> String {
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
     let (h, mi, se) = (rem / 3600, rem / 60 % 60, rem % 60);
-    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{se:02}Z")
+    let milli = ms.rem_euclid(1000);
+    format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{se:02}.{milli:03}Z")
 }
 
 fn encode(s: &str) -> String {
@@ -263,15 +274,19 @@ fn encode(s: &str) -> String {
 /// Parca files a CPU profile as a delta profile; a samples/count query answers in the period's unit.
 const PARCA_TYPE: &str = "process_cpu:samples:count:cpu:nanoseconds:delta";
 
-/// Parca: the merged profile (`Query`, MODE_MERGE, as pprof; its values over the period are the counts), the
-/// windows (`QueryRange`, one sample per stored profile) and the label values. `period`: the nanoseconds a
-/// sample stands for (the report's `sample_value`): Parca answers in nanoseconds, with no period.
-pub fn parca(server: &mut Server, port: u16, selector: &str, period: i64) -> ReadBack {
+/// Parca's `Query` (MODE_MERGE, as pprof) of `selector` over `range` (milliseconds): samples per leaf
+/// function, the answer's nanoseconds over `period`.
+pub fn parca_merge(
+    server: &Server,
+    port: u16,
+    selector: &str,
+    period: i64,
+    range: (i64, i64),
+) -> BTreeMap<String, i64> {
     let base = format!("http://127.0.0.1:{port}/api/profiles");
-    let (start, end) = range_ms();
-    let (from, to) = (rfc3339(start), rfc3339(end));
+    let (from, to) = (rfc3339(range.0), rfc3339(range.1));
     let query = encode(&format!("{PARCA_TYPE}{selector}"));
-    let counts = until(server, "Parca query", || {
+    until(server, "Parca query", || {
         let (status, body) = get(&format!(
             "{base}/query?mode=MODE_MERGE&reportType=REPORT_TYPE_PPROF&merge.query={query}&merge.start={from}&merge.end={to}"
         ));
@@ -298,7 +313,18 @@ pub fn parca(server: &mut Server, port: u16, selector: &str, period: i64) -> Rea
             );
         }
         Ok(values.into_iter().map(|(f, v)| (f, v / period)).collect())
-    });
+    })
+}
+
+/// Parca: the merged profile (`Query`, MODE_MERGE, as pprof; its values over the period are the counts), the
+/// windows (`QueryRange`, one sample per stored profile) and the label values. `period`: the nanoseconds a
+/// sample stands for (the report's `sample_value`): Parca answers in nanoseconds, with no period.
+pub fn parca(server: &mut Server, port: u16, selector: &str, period: i64) -> ReadBack {
+    let base = format!("http://127.0.0.1:{port}/api/profiles");
+    let (start, end) = range_ms();
+    let (from, to) = (rfc3339(start), rfc3339(end));
+    let query = encode(&format!("{PARCA_TYPE}{selector}"));
+    let counts = parca_merge(server, port, selector, period, (start, end));
     let (status, body) = get(&format!(
         "{base}/query_range?query={query}&start={from}&end={to}&step=1s"
     ));
@@ -325,6 +351,7 @@ pub fn parca(server: &mut Server, port: u16, selector: &str, period: i64) -> Rea
         windows: stamps.len() as u64,
         counts,
         labels,
+        each: Vec::new(),
     }
 }
 
@@ -391,5 +418,6 @@ pub fn collector(server: &Server, file: &Path, service: &str, sent: u64) -> Read
         windows: exports.len() as u64,
         counts,
         labels,
+        each: exports.iter().map(|e| e.counts.clone()).collect(),
     }
 }
