@@ -36,12 +36,8 @@ pub struct WindowArgs {
 const SHORTEST: f64 = 0.5;
 
 fn parse_every(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .trim()
-        .trim_end_matches('s')
-        .parse()
-        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
-    if v.is_finite() && (SHORTEST..=86_400.0).contains(&v) {
+    let v = crate::args::seconds(s)?;
+    if (SHORTEST..=86_400.0).contains(&v) {
         Ok(v)
     } else {
         Err(format!(

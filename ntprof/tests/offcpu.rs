@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 mod common;
-use common::{is_root, ntprof_command, run_bounded, run_ok, source};
+use common::{inclusive_ns, is_root, ntprof_command, run_bounded, run_ok, source};
 
 use serde_json::Value;
 
@@ -88,28 +88,6 @@ fn measured_ms(stderr: &str, function: &str) -> f64 {
         })
         .and_then(|ms| ms.parse().ok())
         .unwrap_or_else(|| panic!("waits.c printed no time for {function}: {stderr}"))
-}
-
-/// Nanoseconds of `source`'s stacks that have `function` on them (inclusive).
-fn inclusive_ns(source: &Value, function: &str) -> u64 {
-    let locations = source["locations"].as_array().unwrap();
-    source["stacks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| {
-            s["frames"].as_array().unwrap().iter().any(|l| {
-                let loc = &locations[l.as_u64().unwrap() as usize];
-                loc["function"] == function
-                    || loc["frames"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .any(|f| f["function"] == function)
-            })
-        })
-        .map(|s| common::u(&s["samples"]))
-        .sum()
 }
 
 /// Check one run of the designed program against what the kernel's switch times guarantee, on a loaded machine

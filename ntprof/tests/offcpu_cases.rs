@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 mod common;
-use common::{ntprof_command, run_ok, source};
+use common::{inclusive_ns, ntprof_command, run_ok, source};
 
 use serde_json::Value;
 
@@ -49,28 +49,6 @@ fn record(args: &[&str], unprivileged: bool) -> (Value, String) {
         serde_json::from_slice(&out.stdout).expect("a JSON report"),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// Nanoseconds of `source`'s stacks that have `function` on them.
-fn inclusive_ns(source: &Value, function: &str) -> u64 {
-    let locations = source["locations"].as_array().unwrap();
-    source["stacks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| {
-            s["frames"].as_array().unwrap().iter().any(|l| {
-                let loc = &locations[l.as_u64().unwrap() as usize];
-                loc["function"] == function
-                    || loc["frames"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .any(|f| f["function"] == function)
-            })
-        })
-        .map(|s| common::u(&s["samples"]))
-        .sum()
 }
 
 /// Nanoseconds of the wait kind `kind` (preempted or not).

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 mod common;
 
-use common::{function_samples, run_bounded, run_ok, source, u};
+use common::{function_samples, inclusive_ns, run_bounded, run_ok, source, u};
 
 const NTPROF: &str = env!("CARGO_BIN_EXE_ntprof");
 /// Generous: the machine may be shared and loaded.
@@ -324,23 +324,6 @@ fn off_cpu_time_is_counted_per_window_and_in_full_over_the_run() {
         "nap: {:.1} ms off CPU over the windows, designed 600, measured {took}",
         nap_ns / 1e6
     );
-}
-
-/// Nanoseconds of `source`'s stacks that have `function` on them.
-fn inclusive_ns(source: &Value, function: &str) -> u64 {
-    let locations = source["locations"].as_array().unwrap();
-    source["stacks"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| {
-            s["frames"].as_array().unwrap().iter().any(|l| {
-                let loc = &locations[l.as_u64().unwrap() as usize];
-                loc["function"] == function
-            })
-        })
-        .map(|s| u(&s["samples"]))
-        .sum()
 }
 
 #[test]

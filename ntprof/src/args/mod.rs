@@ -372,16 +372,23 @@ fn parse_source_arg(s: &str) -> Result<ProfileSource, String> {
 }
 
 fn parse_duration(s: &str) -> Result<f64, String> {
-    let v: f64 = s
-        .trim()
+    seconds(s).and_then(|v| {
+        if v > 0.0 && v <= 86_400.0 {
+            Ok(v)
+        } else {
+            Err(format!("{s} is out of range (0 < S <= 86400)"))
+        }
+    })
+}
+
+/// A number of seconds (`2`, `1.5`, `1.5s`), finite.
+pub fn seconds(s: &str) -> Result<f64, String> {
+    s.trim()
         .trim_end_matches('s')
         .parse()
-        .map_err(|_| format!("'{s}' is not a number of seconds"))?;
-    if v.is_finite() && v > 0.0 && v <= 86_400.0 {
-        Ok(v)
-    } else {
-        Err(format!("{s} is out of range (0 < S <= 86400)"))
-    }
+        .ok()
+        .filter(|v: &f64| v.is_finite())
+        .ok_or_else(|| format!("'{s}' is not a number of seconds"))
 }
 
 /// `0-3,6,8-9`.

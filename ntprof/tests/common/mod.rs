@@ -215,3 +215,27 @@ pub fn source<'a>(report: &'a Value, name: &str) -> &'a Value {
         .find(|s| s["name"] == name)
         .unwrap_or_else(|| panic!("no source {name} in {report}"))
 }
+
+/// Samples (nanoseconds for an off-CPU source) of `source`'s stacks that have `function` on them, as the
+/// machine-code function or an inlined frame of a location (inclusive).
+#[allow(dead_code)] // Only the tests that read call stacks ask.
+pub fn inclusive_ns(source: &Value, function: &str) -> u64 {
+    let locations = source["locations"].as_array().unwrap();
+    source["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| {
+            s["frames"].as_array().unwrap().iter().any(|l| {
+                let loc = &locations[l.as_u64().unwrap() as usize];
+                loc["function"] == function
+                    || loc["frames"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|f| f["function"] == function)
+            })
+        })
+        .map(|s| u(&s["samples"]))
+        .sum()
+}
