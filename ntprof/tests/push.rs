@@ -357,6 +357,26 @@ fn otlp_http_and_grpc_windows_read_back_from_the_collector_file() {
             assert_eq!(back.labels.get(label), Some(&vec![want]), "{label}");
         }
     }
+    // Without --every the whole run is pushed as one window at its end: one export, the run's own samples.
+    let url = format!("otlp+http://127.0.0.1:{http}");
+    let pprof = dir.join("whole.pb.gz");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ntprof"));
+    c.args(["record", "--quiet", "--output", "/dev/null", "--pprof"])
+        .arg(&pprof)
+        .args(["--push", &url, "--name", "cli-otlp-whole", "--"])
+        .args([exe.to_str().unwrap(), "150"]);
+    let out = common::run_bounded(&mut c, Duration::from_secs(120));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("pushed 1 window to {url}, 0 dropped")),
+        "{stderr}"
+    );
+    let whole = servers::pprof_self_counts(&std::fs::read(&pprof).unwrap());
+    let back = readback::collector(&server, &file, "cli-otlp-whole", 1);
+    assert_eq!(back.windows, 1, "one export for the whole run");
+    assert_eq!(back.counts, whole, "the run's samples, exactly");
+    check_shares(&back.counts, "the whole run");
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
