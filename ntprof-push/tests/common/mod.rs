@@ -19,8 +19,10 @@ pub fn root() -> PathBuf {
         .to_path_buf()
 }
 
-/// The binary of a backend built by `.ci/backends` (which says where it keeps it). A missing one fails the
-/// test with the reason and the command that builds it.
+/// The binary of a backend built by `.ci/backends` (which says where it keeps it). A missing one is built
+/// first, by that script (from the Go module proxy: tens of minutes the first time on 2 processors; the script
+/// locks, so test binaries running at once build it once); one that cannot be built fails the test with the
+/// reason and the command that builds it.
 pub fn backend(name: &str) -> PathBuf {
     let script = root().join(".ci/backends");
     let out = Command::new("bash")
@@ -34,6 +36,14 @@ pub fn backend(name: &str) -> PathBuf {
         String::from_utf8_lossy(&out.stderr)
     );
     let path = PathBuf::from(String::from_utf8(out.stdout).unwrap().trim());
+    if !path.is_file() {
+        eprintln!(
+            "the {name} server is not built yet: building it with {} {name}",
+            script.display()
+        );
+        let built = Command::new("bash").arg(&script).arg(name).status();
+        eprintln!("{} {name}: {built:?}", script.display());
+    }
     if !path.is_file() {
         let blocked = path.with_file_name("BLOCKED");
         let why = std::fs::read_to_string(&blocked)
