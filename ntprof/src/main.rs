@@ -13,6 +13,7 @@ mod progress;
 mod report_cmd;
 mod sources;
 mod text;
+mod top;
 mod workload;
 
 // The engine's modules under their old names, for the paths of the command's own modules.
@@ -88,5 +89,6 @@ fn main() -> ExitCode {
             finish(run.and(written))
         }
         Command::Report(a) => finish(report_cmd::run(&a)),
+        Command::Top(a) => top::run(&a),
     }
 }
