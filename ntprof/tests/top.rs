@@ -314,6 +314,72 @@ fn without_a_terminal_a_plain_table_per_refresh() {
     );
 }
 
+#[test]
+fn a_pid_and_its_tree_live_and_ctrl_c_leaves_them_running() {
+    // A shell that starts the designed program and waits for it: the program is the attached pid's child.
+    let mut tree = Command::new("sh")
+        .arg("-c")
+        .arg(format!("'{}' & wait", work().display()))
+        .spawn()
+        .expect("start the tree");
+    let root = tree.id();
+    let script = format!("'{NTPROF}' top -p {root}; echo ntprof-exit=$?; exec sleep 3600");
+    let t = Tmux::start("pid", &script);
+    let s = t.wait("the child's designed functions with 300 samples", |s| {
+        let r = rows(s);
+        samples(&r, "burn_three") + samples(&r, "burn_one") >= 300
+    });
+    eprintln!("attached:\n{s}");
+    assert!(s.contains(&format!("pid {root} and descendants")), "{s}");
+    let r = rows(&s);
+    let child: u32 = r[0]
+        .process
+        .strip_prefix("top_work ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("the hottest row is not the child's: {s}"));
+    assert!(r[0].function == "burn_three" && child != root, "{s}");
+    check_ratio(&r, "attached tree");
+    t.keys("C-c");
+    let s = t.wait("ntprof's exit", |s| s.contains("ntprof-exit="));
+    assert!(
+        s.contains("ntprof-exit=0") && s.contains("ended: quit"),
+        "{s}"
+    );
+    // An attach ends without touching its targets.
+    let alive = tree.try_wait().unwrap().is_none();
+    let child_alive = Path::new(&format!("/proc/{child}")).exists();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let _ = tree.wait();
+    assert!(child_alive, "the attached program ended with ntprof");
+    assert!(alive, "the attached shell ended with ntprof");
+}
+
+#[test]
+fn the_kernel_without_a_terminal() {
+    if !common::is_root() {
+        eprintln!("SKIPPED: profiling the kernel needs privilege (the refusal is tested apart)");
+        return;
+    }
+    let out = common::run_ok(
+        Command::new(NTPROF).args(["top", "--kernel", "--duration", "2.5"]),
+        Duration::from_secs(120),
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let tables = text.matches("--- refresh ").count();
+    assert!(tables >= 2, "{text}");
+    assert!(
+        text.contains("kernel (system-wide)") && text.contains("source Timer (1/1)"),
+        "{text}"
+    );
+    assert!(
+        text.trim_end().ends_with("--- ended: --duration reached"),
+        "{text}"
+    );
+}
+
 /// `ntprof ARGS`: its exit status and standard error.
 fn usage(args: &[&str]) -> (Option<i32>, String) {
     let out = common::run_bounded(Command::new(NTPROF).args(args), Duration::from_secs(60));
