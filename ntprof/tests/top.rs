@@ -1,9 +1,9 @@
 //! `ntprof top` end to end: in a real terminal (a tmux pane: keys sent with send-keys, the screen read with
 //! capture-pane), without one (piped: plain tables), and its usage errors.
 //!
-//! The designed program (tests/top/top_work.c) splits its CPU time 3 : 1 between burn_three and burn_one and naps
-//! after each round, so the Timer table's order and ratio are known, the off_cpu source has a wait, and the
-//! name order is the reverse of the share order. Every wait for the screen polls it against a generous deadline.
+//! The designed program (tests/top/top_work.c) splits its main thread's CPU time 3 : 1 between burn_three and
+//! burn_one while a helper thread naps, so the Timer table's order and ratio are known, the off_cpu source has a
+//! wait, and the name order is the reverse of the share order. Every wait for the screen polls it against a generous deadline.
 
 mod common;
 
@@ -23,7 +23,14 @@ fn work() -> &'static Path {
         let dir = common::build_dir("top");
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/top/top_work.c");
         common::gcc(
-            &["-O2", "-g", "-o", "top_work", src.to_str().unwrap()],
+            &[
+                "-O2",
+                "-g",
+                "-pthread",
+                "-o",
+                "top_work",
+                src.to_str().unwrap(),
+            ],
             &dir,
         );
         dir.join("top_work")

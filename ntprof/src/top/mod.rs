@@ -14,6 +14,7 @@ mod tally;
 mod view;
 
 use std::io::IsTerminal;
+use std::panic::AssertUnwindSafe;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -47,11 +48,25 @@ struct Sink {
     timed_out: bool,
     /// The display thread is gone (it failed): the run is ended.
     display_gone: bool,
+    /// Making a window's tallies panicked (with this message): the run is ended.
+    panicked: Option<String>,
 }
 
 impl WindowSink for Sink {
     fn window(&mut self, report: &Report) -> bool {
-        let w = WindowTally::of(report);
+        // A panic here would unwind through the engine and leave a command running: the run is ended instead
+        // (the panic hook has restored the terminal and printed the message).
+        let w = match std::panic::catch_unwind(AssertUnwindSafe(|| WindowTally::of(report))) {
+            Ok(w) => w,
+            Err(payload) => {
+                let text = payload
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| payload.downcast_ref::<String>().cloned());
+                self.panicked = Some(text.unwrap_or_else(|| "a panic".to_string()));
+                return false;
+            }
+        };
         if self.tx.send(Msg::Window(Box::new(w))).is_err() {
             self.display_gone = true;
         }
@@ -90,6 +105,9 @@ fn ending(result: &Result<Outcome, Failure>, sink: &Sink, target: &Target) -> (S
     match result {
         Err(_) => ("ended: the run failed (the error is below)".to_string(), 1),
         Ok(_) if sink.display_gone => ("ended: the display failed".to_string(), 1),
+        Ok(_) if sink.panicked.is_some() => {
+            ("ended: ntprof failed (the error is below)".to_string(), 1)
+        }
         Ok(_) if sink.quit.load(Ordering::Relaxed) => ("ended: quit".to_string(), 0),
         Ok(_) if sink.timed_out => ("ended: --duration reached".to_string(), 0),
         Ok(o) => match target {
@@ -175,6 +193,7 @@ pub fn run(a: &TopArgs) -> ExitCode {
             .map(|d| Instant::now() + Duration::from_secs_f64(d)),
         timed_out: false,
         display_gone: false,
+        panicked: None,
     };
     let result = record::record_windows(
         &a.options(),
@@ -186,6 +205,7 @@ pub fn run(a: &TopArgs) -> ExitCode {
     );
     let (words, mut code) = ending(&result, &sink, &target);
     let _ = sink.tx.send(Msg::End(words));
+    let panicked = sink.panicked.take();
     drop(sink);
     let shown = display.join();
     drop(guard);
@@ -199,6 +219,11 @@ pub fn run(a: &TopArgs) -> ExitCode {
             eprintln!("ntprof: error: the display thread panicked");
             code = code.max(1);
         }
+    }
+    if let Some(p) = panicked {
+        // On its own line: the panic hook restored the terminal before the last frame was drawn.
+        eprintln!("\nntprof: error: making a window's table failed: {p}");
+        code = code.max(1);
     }
     match result {
         Ok(o) => {

@@ -1,10 +1,14 @@
-/* top_work [SECONDS]: CPU time split 75 % / 25 % between burn_three and burn_one by construction (3 : 1 units of
- * the same loop each round), and a short nap in nap_a_bit after every round (an off-CPU wait of about a
- * millisecond). Runs SECONDS of wall time (default: until killed). The names sort the other way by name than by
- * share. Writes nothing to stdout. */
+/* top_work [SECONDS]: the main thread splits its CPU time 75 % / 25 % between burn_three and burn_one by
+ * construction (3 : 1 units of the same loop each round); a helper thread naps in nap_a_bit, 2 ms at a time, for
+ * the off-CPU waits. The naps are the helper's: a sleep on the main thread would restart its CPU timer at the same
+ * point of every round and bias where its samples land. Runs SECONDS of wall time (default: until killed). The
+ * names sort the other way by name than by share. Writes nothing to stdout. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
 #include "../c/split.h"
+
+static volatile uint64_t keep;
 
 __attribute__((noinline)) uint64_t burn_three(uint64_t x, uint64_t n)
 {
@@ -18,11 +22,17 @@ __attribute__((noinline)) uint64_t burn_one(uint64_t x, uint64_t n)
 
 __attribute__((noinline)) void nap_a_bit(void)
 {
-    struct timespec t = {0, 1000000};
+    struct timespec t = {0, 2000000};
     nanosleep(&t, NULL);
 }
 
-static volatile uint64_t keep;
+static void *helper(void *arg)
+{
+    (void)arg;
+    for (;;)
+        nap_a_bit();
+    return NULL;
+}
 
 static double wall_seconds(void)
 {
@@ -35,12 +45,13 @@ int main(int argc, char **argv)
 {
     double seconds = argc > 1 ? atof(argv[1]) : 0;
     uint64_t unit = 1 << 14, x = 1;
+    pthread_t h;
+    pthread_create(&h, NULL, helper, NULL);
     double start = wall_seconds(), t = cpu_seconds();
     while (seconds <= 0 || wall_seconds() < start + seconds) {
         x = burn_three(x, 3 * unit);
         x = burn_one(x, unit);
         keep = x;
-        nap_a_bit();
         double t2 = cpu_seconds(), took = t2 - t;
         if (took > 0) {
             double ideal = unit * 0.005 / took; /* rounds of about 5 ms of CPU */
