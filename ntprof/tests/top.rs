@@ -289,6 +289,50 @@ fn the_last_table_stays_and_ntprof_exits_with_the_commands_status() {
 }
 
 #[test]
+fn a_command_that_ignores_sigterm_is_killed_by_a_second_q() {
+    // The shell ignores SIGTERM and the program it execs keeps ignoring it.
+    let script = format!(
+        "'{NTPROF}' top -- sh -c \"trap '' TERM; exec '{}'\"; echo ntprof-exit=$?; exec sleep 3600",
+        work().display()
+    );
+    let t = Tmux::start("stubborn", &script);
+    let s = t.wait("the designed functions", |s| {
+        samples(&rows(s), "burn_three") > 0
+    });
+    let pid: u32 = rows(&s)[0]
+        .process
+        .strip_prefix("top_work ")
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no process column: {s}"));
+    t.keys("q");
+    t.wait("the quitting footer", |s| {
+        s.contains(&format!(
+            "quitting: command {pid} sent SIGTERM, waiting for its exit (q again: SIGKILL)"
+        ))
+    });
+    // SIGTERM is ignored: the command and ntprof go on (a second, to let a wrong exit show).
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(1) {
+        assert!(
+            !t.screen().contains("ntprof-exit="),
+            "ntprof ended on SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(Path::new(&format!("/proc/{pid}")).exists());
+    t.keys("q");
+    let s = t.wait("ntprof's exit", |s| s.contains("ntprof-exit="));
+    assert!(
+        s.contains("ntprof-exit=0") && s.contains("ended: quit"),
+        "{s}"
+    );
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "{pid} still runs"
+    );
+}
+
+#[test]
 fn without_a_terminal_a_plain_table_per_refresh() {
     let out = common::run_ok(
         Command::new(NTPROF)

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers};
 use crossterm::terminal;
+use nix::sys::signal::{self, Signal};
+use nix::unistd::Pid;
 
 use super::Msg;
 use super::tally::Ring;
@@ -71,6 +73,8 @@ struct Screen<'a> {
     view: View,
     /// The footer's message in place of the keys (quitting, the end of the run).
     status: Option<String>,
+    /// The command the run started, while it runs.
+    command: Option<u32>,
     size: (u16, u16),
 }
 
@@ -134,6 +138,7 @@ pub fn run(rx: Receiver<Msg>, quit: &AtomicBool, target: &str, capacity: usize) 
         ring: Ring::new(capacity),
         view: View::new(),
         status: None,
+        command: None,
         size: terminal::size().unwrap_or((80, 24)),
     };
     let mut out = io::stdout();
@@ -143,6 +148,7 @@ pub fn run(rx: Receiver<Msg>, quit: &AtomicBool, target: &str, capacity: usize) 
         loop {
             match rx.try_recv() {
                 Ok(Msg::Window(w)) => {
+                    s.command = w.command_pid;
                     s.ring.push(*w);
                     dirty = true;
                 }
@@ -177,13 +183,23 @@ pub fn run(rx: Receiver<Msg>, quit: &AtomicBool, target: &str, capacity: usize) 
         }
         match event::read()? {
             Event::Key(k) if k.kind != KeyEventKind::Release => {
-                if quit.load(Ordering::Relaxed) {
-                    continue;
-                }
-                if s.key(k.code, k.modifiers) {
+                let quits = s.key(k.code, k.modifiers);
+                if quits && quit.load(Ordering::Relaxed) {
+                    // Quit again: the command ignores SIGTERM. It is our child, not yet waited for while the
+                    // run goes on, so its pid is still its own.
+                    if let Some(pid) = s.command.and_then(|p| i32::try_from(p).ok()) {
+                        let _ = signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+                        s.status = Some(format!("quitting: command {pid} sent SIGKILL"));
+                    }
+                } else if quits {
                     // Read by the recorder after its next round (see `Sink::stop_requested`).
                     quit.store(true, Ordering::Relaxed);
-                    s.status = Some("quitting: ending the run...".to_string());
+                    s.status = Some(match s.command {
+                        Some(pid) => format!(
+                            "quitting: command {pid} sent SIGTERM, waiting for its exit (q again: SIGKILL)"
+                        ),
+                        None => "quitting: ending the run...".to_string(),
+                    });
                 }
                 dirty = true;
             }

@@ -110,6 +110,8 @@ pub struct WindowTally {
     pub end: String,
     /// Its length in seconds.
     pub seconds: f64,
+    /// The command `top` runs (its pid), if it runs one.
+    pub command_pid: Option<u32>,
     /// Every source of the run, in the report's order.
     pub sources: Vec<SourceTally>,
 }
@@ -123,6 +125,7 @@ impl WindowTally {
             start: w.map_or_else(String::new, |w| w.start.clone()),
             end: w.map_or_else(String::new, |w| w.end.clone()),
             seconds: report.run.duration_s,
+            command_pid: report.run.pid.filter(|_| report.run.mode == "record"),
             sources: report
                 .sources
                 .iter()

@@ -18,6 +18,7 @@ fn window(index: u64, fns: &[(&str, u32, u64)]) -> WindowTally {
         start: format!("s{index}"),
         end: format!("e{index}"),
         seconds: 1.0,
+        command_pid: None,
         sources: vec![SourceTally {
             name: "Timer".into(),
             off_cpu: false,
