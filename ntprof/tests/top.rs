@@ -448,6 +448,10 @@ fn one_target_and_a_valid_refresh_or_a_usage_error() {
         (&["top", "-p", "1", "--", "true"], "give one target"),
         (&["top", "--kernel", "-p", "1"], "give one target"),
         (&["top", "--kernel", "--", "true"], "give one target"),
+        (
+            &["top", "--expect", "f=50", "--", "true"],
+            "writes no report",
+        ),
         (&["top", "--refresh", "0", "--", "true"], "--refresh"),
         (
             &["top", "--refresh", "soon", "--", "true"],
@@ -459,6 +463,27 @@ fn one_target_and_a_valid_refresh_or_a_usage_error() {
             "shorter than --refresh",
         ),
     ];
+    let help = common::run_ok(
+        Command::new(NTPROF).args(["top", "--help"]),
+        Duration::from_secs(60),
+    );
+    let help = String::from_utf8(help.stdout).unwrap();
+    for key in [
+        "q, Ctrl-C",
+        "s  ",
+        "e, Tab",
+        "f, space",
+        "?  ",
+        "--refresh",
+        "--delay",
+        "--window",
+        "--duration",
+    ] {
+        assert!(
+            help.contains(key),
+            "ntprof top --help lacks {key:?}:\n{help}"
+        );
+    }
     for (args, says) in cases {
         let (code, err) = usage(args);
         assert_eq!(code, Some(2), "ntprof {args:?}: {err}");

@@ -12,7 +12,7 @@ use crate::args::{Cli, ProfileArgs};
 /// The help after the options: keys, columns, examples.
 pub const TOP_AFTER_HELP: &str = "\
 Keys (on a terminal; the footer line lists them too):
-  q, Ctrl-C      quit: ends the run (a command is sent SIGTERM)
+  q, Ctrl-C      quit: ends the run (a command is sent SIGTERM; q again: SIGKILL)
   s              cycle the sort: share in the window, samples in the last refresh, function name
   e, Tab         cycle the source among the run's sources (off_cpu and preempted with --off-cpu)
   f, space       freeze / unfreeze the display (sampling goes on)
@@ -95,6 +95,14 @@ impl TopArgs {
                     "give one target to 'ntprof top', not {}: -- CMD, -p PID or --kernel",
                     given.join(" and ")
                 ),
+            ));
+        }
+        if !self.profile.expect.is_empty() {
+            return Err(usage(
+                ErrorKind::ArgumentConflict,
+                "--expect compares a report's shares with designed ones: 'ntprof top' writes no report \
+                 (use 'ntprof record --expect')"
+                    .to_string(),
             ));
         }
         if self.window < self.refresh {

@@ -10,7 +10,7 @@ pub const FOOTER: &str = "q quit  s sort  e/Tab source  f/space freeze  ? help";
 pub const HELP: &[&str] = &[
     "ntprof top: the hottest functions over a sliding window",
     "",
-    "  q, Ctrl-C   quit (ends the run; a command is sent SIGTERM)",
+    "  q, Ctrl-C   quit (ends the run; a command is sent SIGTERM, and SIGKILL on a second q)",
     "  s           cycle the sort: share in the window, samples in the last refresh, function name",
     "  e, Tab      cycle the source among the run's sources (off_cpu and preempted with --off-cpu)",
     "  f, space    freeze / unfreeze the display (sampling goes on)",
