@@ -14,6 +14,7 @@ mod push;
 mod report_cmd;
 mod sources;
 mod text;
+mod top;
 mod windows;
 mod workload;
 
@@ -188,5 +189,6 @@ fn main() -> ExitCode {
             finish(run.and(written))
         }
         Command::Report(a) => finish(report_cmd::run(&a)),
+        Command::Top(a) => top::run(&a),
     }
 }

@@ -21,6 +21,13 @@ pub trait WindowSink {
     /// Returns false to end the run: `record` then sends SIGTERM to its command and goes on until it exits,
     /// `attach` and `record --kernel` end at once; the windows up to the end are still handed over.
     fn window(&mut self, report: &Report) -> bool;
+
+    /// Asked after every read round (about ten times a second): true to end the run now rather than at the
+    /// next window's end (a live view told to quit). The run then ends as when [`WindowSink::window`] returns
+    /// false, and the samples since the last window are handed over in the run's last window. By default never.
+    fn stop_requested(&mut self) -> bool {
+        false
+    }
 }
 
 /// How a run is cut: every `every`, each window to `sink`.
@@ -81,6 +88,9 @@ impl<'a> Cutter<'a> {
             let run = self.template.clone();
             let report = self.close(session, run, kallsyms, &Vec::new(), end, false);
             self.stopped = !self.sink.window(&report);
+        }
+        if !self.stopped && self.sink.stop_requested() {
+            self.stopped = true;
         }
         !self.stopped
     }

@@ -46,6 +46,10 @@ pub enum Command {
     /// change of share and of time, the largest first, and a differential flame graph.
     #[command(after_help = DIFF_AFTER_HELP)]
     Diff(crate::diff_cmd::DiffArgs),
+    /// A live view: the hottest functions of a command (-- CMD), running processes (-p PID) or the kernel
+    /// (--kernel) over a sliding window, refreshed in place; one plain table per refresh without a terminal.
+    #[command(after_help = crate::top::TOP_AFTER_HELP)]
+    Top(crate::top::TopArgs),
 }
 
 const DIFF_AFTER_HELP: &str = "\
