@@ -122,61 +122,77 @@ fn windowed(
     }
 }
 
+/// What `record` and `attach` share beyond the engine's options.
+struct Recording<'a> {
+    push: &'a push::PushArgs,
+    /// The command line (empty for an attach).
+    command: &'a [String],
+    /// The first process given, if any.
+    pid: Option<u32>,
+    window: &'a windows::WindowArgs,
+    output: &'a output::OutputArgs,
+    quiet: bool,
+}
+
+/// A `record` or `attach`: the pushes checked first, then the whole run (`whole`) or its windows (`cut`).
+fn recording(
+    r: Recording<'_>,
+    whole: impl FnOnce(&progress::Progress) -> Result<Outcome, Failure>,
+    cut: impl FnOnce(record::Windows<'_>, &progress::Progress) -> Result<Outcome, Failure>,
+) -> ExitCode {
+    let pushers = match push::Pushers::start(r.push, r.command, r.pid) {
+        Ok(p) => p,
+        Err(e) => return usage_error(&e),
+    };
+    let progress = progress::Progress::new(r.quiet);
+    if let Some(every) = r.window.every {
+        return windowed(
+            r.window,
+            r.output,
+            r.quiet,
+            every,
+            &progress,
+            pushers,
+            |w| cut(w, &progress),
+        );
+    }
+    if let Err(msg) = windows::folder(r.window, r.output, false) {
+        eprintln!("ntprof: error: {msg}");
+        return ExitCode::from(2);
+    }
+    let mut result = whole(&progress);
+    drop(progress);
+    push::end_run(pushers, &mut result, true);
+    report(result, r.output)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Record(a) => {
-            let pushers = match push::Pushers::start(&a.push, &a.command, a.pid.first().copied()) {
-                Ok(p) => p,
-                Err(e) => return usage_error(&e),
-            };
-            let progress = progress::Progress::new(a.quiet);
-            if let Some(every) = a.window.every {
-                return windowed(
-                    &a.window,
-                    &a.output,
-                    a.quiet,
-                    every,
-                    &progress,
-                    pushers,
-                    |w| record::record_windows(&a.options(), w, &progress),
-                );
-            }
-            if let Err(msg) = windows::folder(&a.window, &a.output, false) {
-                eprintln!("ntprof: error: {msg}");
-                return ExitCode::from(2);
-            }
-            let mut result = record::record(&a.options(), &progress);
-            drop(progress);
-            push::end_run(pushers, &mut result, true);
-            report(result, &a.output)
-        }
-        Command::Attach(a) => {
-            let pushers = match push::Pushers::start(&a.push, &[], a.pid.first().copied()) {
-                Ok(p) => p,
-                Err(e) => return usage_error(&e),
-            };
-            let progress = progress::Progress::new(a.quiet);
-            if let Some(every) = a.window.every {
-                return windowed(
-                    &a.window,
-                    &a.output,
-                    a.quiet,
-                    every,
-                    &progress,
-                    pushers,
-                    |w| record::attach_windows(&a.options(), w, &progress),
-                );
-            }
-            if let Err(msg) = windows::folder(&a.window, &a.output, false) {
-                eprintln!("ntprof: error: {msg}");
-                return ExitCode::from(2);
-            }
-            let mut result = record::attach(&a.options(), &progress);
-            drop(progress);
-            push::end_run(pushers, &mut result, true);
-            report(result, &a.output)
-        }
+        Command::Record(a) => recording(
+            Recording {
+                push: &a.push,
+                command: &a.command,
+                pid: a.pid.first().copied(),
+                window: &a.window,
+                output: &a.output,
+                quiet: a.quiet,
+            },
+            |progress| record::record(&a.options(), progress),
+            |w, progress| record::record_windows(&a.options(), w, progress),
+        ),
+        Command::Attach(a) => recording(
+            Recording {
+                push: &a.push,
+                command: &[],
+                pid: a.pid.first().copied(),
+                window: &a.window,
+                output: &a.output,
+                quiet: a.quiet,
+            },
+            |progress| record::attach(&a.options(), progress),
+            |w, progress| record::attach_windows(&a.options(), w, progress),
+        ),
         Command::Diff(a) => finish(diff_cmd::run(&a)),
         Command::Sources => finish(sources::run().and_then(|text| print(&text))),
         Command::Demo(opts) => {
