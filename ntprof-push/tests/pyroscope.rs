@@ -5,12 +5,9 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
-use common::{
-    Server, backend, check_shares, free_port, pprof_self_counts, record_workload, scratch,
-};
+use common::{backend, check_shares, pprof_self_counts, record_workload, scratch};
 use ntprof_push::{Client, Target, Window};
 use prost::Message;
 use serde_json::Value;
@@ -57,62 +54,8 @@ fn ingest_reads_back_through_select_merge_profile() {
     let pushed = pprof_self_counts(&pprof);
     check_shares(&pushed, "the recorded pprof");
 
-    let (http, grpc, memberlist) = (free_port(), free_port(), free_port());
-    let mut server = Server::start(
-        Command::new(&pyroscope)
-            .current_dir(&dir)
-            .arg("-server.http-listen-address=127.0.0.1")
-            .arg(format!("-server.http-listen-port={http}"))
-            .arg("-server.grpc-listen-address=127.0.0.1")
-            .arg(format!("-server.grpc-listen-port={grpc}"))
-            .arg("-memberlist.bind-addr=127.0.0.1")
-            .arg(format!("-memberlist.bind-port={memberlist}"))
-            .arg("-storage.backend=filesystem")
-            .arg(format!(
-                "-storage.filesystem.dir={}",
-                dir.join("blocks").display()
-            ))
-            .arg(format!(
-                "-pyroscopedb.data-path={}",
-                dir.join("data").display()
-            ))
-            .arg("-self-profiling.disable-push=true")
-            // Every ring member at 127.0.0.1, where the gRPC server listens (the default is the first
-            // network interface's address).
-            .args([
-                "-ingester.lifecycler.addr=127.0.0.1",
-                "-distributor.ring.instance-addr=127.0.0.1",
-                "-compactor.ring.instance-addr=127.0.0.1",
-                "-store-gateway.sharding-ring.instance-addr=127.0.0.1",
-                "-query-frontend.instance-addr=127.0.0.1",
-                "-query-scheduler.ring.instance-addr=127.0.0.1",
-                "-overrides-exporter.ring.instance-addr=127.0.0.1",
-            ]),
-        dir.join("pyroscope.log"),
-    );
-    server.wait_port(http, Duration::from_secs(120));
+    let (server, http) = common::start_pyroscope(&pyroscope, &dir);
     let base = format!("http://127.0.0.1:{http}");
-    // Ready once its ring has an ingester.
-    let until = Instant::now() + Duration::from_secs(120);
-    loop {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
-        if agent
-            .get(&format!("{base}/ready"))
-            .call()
-            .is_ok_and(|r| r.status() == 200)
-        {
-            break;
-        }
-        assert!(
-            Instant::now() < until,
-            "Pyroscope not ready within 120 s:\n{}",
-            server.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
 
     let window = Window {
         pprof: pprof.clone(),

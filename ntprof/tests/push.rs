@@ -190,7 +190,7 @@ fn pyroscope_windows_read_back_with_shares_and_labels_and_a_refusal_shows_its_an
     let bin = backend("pyroscope");
     let dir = scratch("cli-pyroscope");
     let exe = workload(&dir);
-    let (mut server, http) = readback::start_pyroscope(&bin, &dir);
+    let (mut server, http) = servers::start_pyroscope(&bin, &dir);
     let url = format!("pyroscope+http://127.0.0.1:{http}");
     let run = record(
         &dir,

@@ -222,3 +222,59 @@ pub fn check_shares(counts: &BTreeMap<String, i64>, what: &str) -> f64 {
     );
     share
 }
+
+/// Start Pyroscope's server `bin` on free 127.0.0.1 ports with its data in `dir` (every ring member at
+/// 127.0.0.1, where its gRPC server listens: the default is the first network interface's address); returns it
+/// and its HTTP port once it is ready (its ring has an ingester).
+pub fn start_pyroscope(bin: &Path, dir: &Path) -> (Server, u16) {
+    let (http, grpc, memberlist) = (free_port(), free_port(), free_port());
+    let mut server = Server::start(
+        Command::new(bin)
+            .current_dir(dir)
+            .arg("-server.http-listen-address=127.0.0.1")
+            .arg(format!("-server.http-listen-port={http}"))
+            .arg("-server.grpc-listen-address=127.0.0.1")
+            .arg(format!("-server.grpc-listen-port={grpc}"))
+            .arg("-memberlist.bind-addr=127.0.0.1")
+            .arg(format!("-memberlist.bind-port={memberlist}"))
+            .arg("-storage.backend=filesystem")
+            .arg(format!(
+                "-storage.filesystem.dir={}",
+                dir.join("blocks").display()
+            ))
+            .arg(format!(
+                "-pyroscopedb.data-path={}",
+                dir.join("data").display()
+            ))
+            .arg("-self-profiling.disable-push=true")
+            .args([
+                "-ingester.lifecycler.addr=127.0.0.1",
+                "-distributor.ring.instance-addr=127.0.0.1",
+                "-compactor.ring.instance-addr=127.0.0.1",
+                "-store-gateway.sharding-ring.instance-addr=127.0.0.1",
+                "-query-frontend.instance-addr=127.0.0.1",
+                "-query-scheduler.ring.instance-addr=127.0.0.1",
+                "-overrides-exporter.ring.instance-addr=127.0.0.1",
+            ]),
+        dir.join("pyroscope.log"),
+    );
+    server.wait_port(http, Duration::from_secs(120));
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let until = Instant::now() + Duration::from_secs(120);
+    while !agent
+        .get(&format!("http://127.0.0.1:{http}/ready"))
+        .call()
+        .is_ok_and(|r| r.status() == 200)
+    {
+        assert!(
+            Instant::now() < until,
+            "Pyroscope not ready within 120 s:\n{}",
+            server.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    (server, http)
+}

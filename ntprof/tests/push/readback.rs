@@ -76,53 +76,6 @@ fn until<T>(server: &Server, what: &str, mut f: impl FnMut() -> Result<T, String
     }
 }
 
-/// Pyroscope, single process, every listener and ring member on 127.0.0.1. Returns it and its HTTP port,
-/// once it is ready.
-pub fn start_pyroscope(bin: &Path, dir: &Path) -> (Server, u16) {
-    let (http, grpc, memberlist) = (free_port(), free_port(), free_port());
-    let mut server = Server::start(
-        Command::new(bin)
-            .current_dir(dir)
-            .arg("-server.http-listen-address=127.0.0.1")
-            .arg(format!("-server.http-listen-port={http}"))
-            .arg("-server.grpc-listen-address=127.0.0.1")
-            .arg(format!("-server.grpc-listen-port={grpc}"))
-            .arg("-memberlist.bind-addr=127.0.0.1")
-            .arg(format!("-memberlist.bind-port={memberlist}"))
-            .arg("-storage.backend=filesystem")
-            .arg(format!(
-                "-storage.filesystem.dir={}",
-                dir.join("blocks").display()
-            ))
-            .arg(format!(
-                "-pyroscopedb.data-path={}",
-                dir.join("data").display()
-            ))
-            .arg("-self-profiling.disable-push=true")
-            .args([
-                "-ingester.lifecycler.addr=127.0.0.1",
-                "-distributor.ring.instance-addr=127.0.0.1",
-                "-compactor.ring.instance-addr=127.0.0.1",
-                "-store-gateway.sharding-ring.instance-addr=127.0.0.1",
-                "-query-frontend.instance-addr=127.0.0.1",
-                "-query-scheduler.ring.instance-addr=127.0.0.1",
-                "-overrides-exporter.ring.instance-addr=127.0.0.1",
-            ]),
-        dir.join("pyroscope.log"),
-    );
-    server.wait_port(http, Duration::from_secs(120));
-    let end = Instant::now() + Duration::from_secs(120);
-    while get(&format!("http://127.0.0.1:{http}/ready")).0 != 200 {
-        assert!(
-            Instant::now() < end,
-            "Pyroscope not ready:\n{}",
-            server.log_text()
-        );
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    (server, http)
-}
-
 /// `querier.v1.SelectMergeProfileRequest`.
 #[derive(Clone, PartialEq, Message)]
 struct SelectMergeProfileRequest {
