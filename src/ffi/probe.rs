@@ -9,6 +9,9 @@
 //! where `process_vm_writev` is filtered out.
 #![allow(unsafe_code)]
 
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use nix::errno::Errno;
 
 use crate::perf::{proc, sys};
@@ -48,9 +51,50 @@ fn range_has(addr: usize, len: usize, perm: u8) -> Result<bool, NtStatus> {
     if len == 0 {
         return Ok(true);
     }
-    let maps = read_maps()?;
+    // Relaxed: a hint that only ever goes from false to true; a thread that misses the store asks the kernel
+    // once more and gets ENOTTY again.
+    if !NO_VMA_QUERY.load(Ordering::Relaxed) {
+        match range_has_queried(addr, end, perm) {
+            Ok(answer) => return Ok(answer),
+            Err(Errno::ENOTTY) => NO_VMA_QUERY.store(true, Ordering::Relaxed),
+            Err(errno @ (Errno::EMFILE | Errno::ENFILE | Errno::ENOMEM)) => {
+                return Err(shortage(errno));
+            }
+            // Anything else the text below answers.
+            Err(_) => {}
+        }
+    }
+    Ok(range_has_in_text(&read_maps()?, addr, end, perm))
+}
+
+/// Set once `PROCMAP_QUERY` was refused with ENOTTY (a kernel before 6.11): read the map as text from then on.
+static NO_VMA_QUERY: AtomicBool = AtomicBool::new(false);
+
+/// [`range_has`] by one `PROCMAP_QUERY` per mapping the range crosses (usually one): a lookup in the kernel's
+/// tree, where reading `/proc/self/maps` formats every mapping of the process as text.
+fn range_has_queried(addr: usize, end: usize, perm: u8) -> Result<bool, Errno> {
+    let maps = proc::own_maps_file()?;
     let mut cursor = addr;
-    // Mappings are listed in address order: walk them, extending the covered prefix.
+    while cursor < end {
+        let Some(vma) = sys::query_vma(maps.as_fd(), cursor)? else {
+            return Ok(false);
+        };
+        let allowed = match perm {
+            b'w' => vma.writable,
+            _ => vma.readable,
+        };
+        if vma.start > cursor || vma.end <= cursor || !allowed {
+            return Ok(false);
+        }
+        cursor = vma.end;
+    }
+    Ok(true)
+}
+
+/// [`range_has`] from the text of `/proc/self/maps`: mappings are listed in address order; walk them,
+/// extending the covered prefix of `[addr, end)`.
+fn range_has_in_text(maps: &str, addr: usize, end: usize, perm: u8) -> bool {
+    let mut cursor = addr;
     for line in maps.lines() {
         let mut fields = line.split_whitespace();
         let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
@@ -67,23 +111,29 @@ fn range_has(addr: usize, len: usize, perm: u8) -> Result<bool, NtStatus> {
             continue;
         }
         if lo > cursor || !perms.as_bytes().contains(&perm) {
-            return Ok(false);
+            return false;
         }
         cursor = hi;
         if cursor >= end {
-            return Ok(true);
+            return true;
         }
     }
-    Ok(false)
+    false
+}
+
+/// A failure to look at the map (no descriptor, no memory): the shortage's status, never
+/// `STATUS_ACCESS_VIOLATION` or `STATUS_INVALID_PARAMETER`, which would blame the caller's pointer.
+fn shortage(errno: Errno) -> NtStatus {
+    match NtStatus::from_errno(errno as i32) {
+        NtStatus::ACCESS_VIOLATION | NtStatus::INVALID_PARAMETER => NtStatus::INTERNAL_ERROR,
+        other => other,
+    }
 }
 
 /// `/proc/self/maps`; a failure to read it (EMFILE, ENFILE, ENOMEM: `STATUS_INSUFFICIENT_RESOURCES`) is a
 /// shortage of this process, never an answer about the caller's pointer.
 fn read_maps() -> Result<String, NtStatus> {
-    proc::own_maps().map_err(|errno| match NtStatus::from_errno(errno as i32) {
-        NtStatus::ACCESS_VIOLATION | NtStatus::INVALID_PARAMETER => NtStatus::INTERNAL_ERROR,
-        other => other,
-    })
+    proc::own_maps().map_err(shortage)
 }
 
 /// Write `bytes` at `addr` in this process, or `STATUS_ACCESS_VIOLATION` when that memory is not writable. All
@@ -206,6 +256,60 @@ mod tests {
         assert_eq!(is_writable(code, 4), Ok(false));
         assert_eq!(is_readable(code, 4), Ok(true));
         assert_eq!(write_bytes(code, &[0]), Err(NtStatus::ACCESS_VIOLATION));
+    }
+
+    /// The kernel's lookup and the text of `/proc/self/maps` give the same answer for ranges at and around
+    /// every mapping's edges (this process's map does not change between the two: no thread maps anything).
+    #[test]
+    fn the_lookup_and_the_text_agree() {
+        let text = proc::own_maps().unwrap();
+        let mut ranges = Vec::new();
+        for line in text.lines() {
+            let range = line.split_whitespace().next().unwrap();
+            let (lo, hi) = range.split_once('-').unwrap();
+            let (lo, hi) = (
+                usize::from_str_radix(lo, 16).unwrap(),
+                usize::from_str_radix(hi, 16).unwrap(),
+            );
+            for (a, b) in [
+                (lo, hi),
+                (lo, lo + 1),
+                (hi - 1, hi),
+                (hi - 1, hi + 1),
+                (lo.saturating_sub(1), lo + 1),
+                (lo, hi + 4096),
+                (lo + (hi - lo) / 2, hi + 1),
+            ] {
+                if a < b && a != 0 {
+                    ranges.push((a, b));
+                }
+            }
+        }
+        assert!(ranges.len() > 20, "{text}");
+        let (mut yes, mut no) = (0, 0);
+        for &(a, b) in &ranges {
+            for perm in [b'r', b'w'] {
+                // Other tests of this process may map or unmap memory meanwhile: compare only when the map
+                // read before the lookup and after it are the same.
+                let before = proc::own_maps().unwrap();
+                let queried = range_has_queried(a, b, perm).unwrap();
+                if proc::own_maps().unwrap() != before {
+                    continue;
+                }
+                assert_eq!(
+                    queried,
+                    range_has_in_text(&before, a, b, perm),
+                    "[{a:#x}, {b:#x}) {}",
+                    perm as char
+                );
+                if queried {
+                    yes += 1;
+                } else {
+                    no += 1;
+                }
+            }
+        }
+        assert!(yes > 10 && no > 10, "{yes} yes, {no} no");
     }
 
     #[test]

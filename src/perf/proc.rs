@@ -53,6 +53,15 @@ pub fn own_maps() -> Result<String, Errno> {
     }
 }
 
+/// `/proc/self/maps` opened for `PROCMAP_QUERY` (`sys::query_vma`).
+///
+/// # Errors
+/// The errno of the open (EMFILE, ENFILE, ENOMEM: a shortage).
+pub fn own_maps_file() -> Result<std::fs::File, Errno> {
+    std::fs::File::open("/proc/self/maps")
+        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)))
+}
+
 /// The effective capability set of this process (`CapEff` of `/proc/self/status`), or 0 when unreadable.
 pub fn effective_capabilities() -> u64 {
     std::fs::read_to_string("/proc/self/status")
