@@ -257,6 +257,8 @@ typedef struct _NTPROFILE_STATISTICS {
 #define NTPROFILE_EVENTS_THREAD_CPU 1 /* one event per (thread x processor), one ring per processor */
 #define NTPROFILE_EVENTS_PER_THREAD 2 /* one event and one small ring per thread, any processor */
 #define NTPROFILE_EVENTS_CPU 3        /* one event per processor for every task (global) */
+#define NTPROFILE_EVENTS_CPU_FILTERED 4 /* one event per processor for every task, only the target's samples
+                                         * counted (privileged, when threads x processors > 1024) */
 
 /* The perf events behind a started profile (ntprofile extension, see NtprofileQueryEventUsage). 32 bytes. */
 typedef struct _NTPROFILE_EVENT_USAGE {

@@ -170,7 +170,7 @@ fn start_stop_and_jitter_name_the_state_or_the_value() {
 const CHILD: &str = "NTPROFILE_ERRORS_TEST_CHILD";
 
 /// A start that runs out of descriptors names RLIMIT_NOFILE. In a child process (this test binary run again),
-/// since lowering the hard limit cannot be undone.
+/// since lowering the hard limit cannot be undone; the (thread × processor) layout forced (see below).
 #[test]
 fn running_out_of_descriptors_names_the_limit() {
     if std::env::var_os(CHILD).is_some() {
@@ -208,6 +208,9 @@ fn running_out_of_descriptors_names_the_limit() {
             "--nocapture",
         ])
         .env(CHILD, "1")
+        // As root, 64 descriptors hold the processor-wide filtered layout (one per processor): the
+        // (thread × processor) layout is the one that runs out.
+        .env("NTPROFILE_EVENTS", "thread-cpu")
         .output()
         .expect("run the child");
     let text = format!(

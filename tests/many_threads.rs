@@ -282,6 +282,15 @@ fn check_counts(r: &std::collections::HashMap<String, String>, mode: &str) {
     assert_eq!(r["soft"], "1024");
     assert_eq!(r["status"], "0x0", "{r:?}");
     assert_eq!(r["mode"], mode);
+    let descriptors: usize = r["descriptors"].parse().unwrap();
+    let cpus = ntprofile::affinity::online_cpus().len();
+    match mode {
+        // One event per processor, whatever the threads.
+        "cpu-filtered" => assert_eq!(descriptors, cpus, "{r:?}"),
+        // Two per thread: the 2,000 and the test harness's own.
+        "per-thread" => assert!(descriptors <= 2 * 2002, "{r:?}"),
+        _ => assert!(descriptors >= cpus, "{r:?}"),
+    }
     let start_ms: u64 = r["start_ms"].parse().unwrap();
     // Measured 0.15–0.9 s here for 2,000 threads (BENCHMARKS.md), up to 1.7 s for another process at a load
     // average of 18 on 2 processors; the bound covers such a machine and still catches a start whose cost
@@ -303,8 +312,20 @@ fn check_counts(r: &std::collections::HashMap<String, String>, mode: &str) {
 #[test]
 fn two_thousand_threads_at_a_soft_limit_of_1024_start_in_each_layout() {
     let _serial = common::serial();
+    // As root: processor-wide events filtered to this process, one per processor.
     check_counts(
         &run("profile", (1024, 20_000), 2000, 2, false, None),
+        "cpu-filtered",
+    );
+    check_counts(
+        &run(
+            "profile",
+            (1024, 20_000),
+            2000,
+            2,
+            false,
+            Some("thread-cpu"),
+        ),
         "thread-cpu",
     );
     check_counts(
@@ -325,7 +346,7 @@ fn two_thousand_threads_at_a_soft_limit_of_1024_start_in_each_layout() {
     // Another process of 2,000 threads, through its pid (it runs as the profiler's user).
     check_counts(
         &run("other", (1024, 20_000), 2000, 2, false, None),
-        "thread-cpu",
+        "cpu-filtered",
     );
     check_counts(
         &run("other", (1024, 20_000), 2000, 2, false, Some("per-thread")),
@@ -353,30 +374,35 @@ fn a_sampler_of_two_thousand_threads_opens_at_a_soft_limit_of_1024() {
 }
 
 /// A hard limit too small for any layout: `STATUS_INSUFFICIENT_RESOURCES` well under a second, before any
-/// event is opened, with a message that names what was needed and the limit to raise.
+/// event is opened, with a message that names what was needed and the limit to raise. Unprivileged, a hard
+/// limit of 1,500 holds neither 2,000 threads' (thread × processor) events nor their per-thread pairs; as root
+/// it holds the processor-wide filtered events (one per processor and 32 to spare), and only a hard limit of 32
+/// does not.
 #[test]
 fn true_exhaustion_fails_fast_and_names_the_limit() {
     let _serial = common::serial();
-    for unprivileged in [false, true] {
-        let r = run("profile", (1024, 1500), 2000, 0, unprivileged, None);
-        assert!(
-            r["status"].starts_with(&format!("{:#x}", NtStatus::INSUFFICIENT_RESOURCES.as_u32())),
-            "{r:?}"
-        );
+    let insufficient = format!("{:#x}", NtStatus::INSUFFICIENT_RESOURCES.as_u32());
+    for (unprivileged, nofile) in [(true, (1024, 1500)), (false, (32, 32))] {
+        let r = run("profile", nofile, 2000, 0, unprivileged, None);
+        assert!(r["status"].starts_with(&insufficient), "{r:?}");
         assert!(
             r["status"].contains("4002 descriptors") && r["status"].contains("ulimit -Hn"),
             "{r:?}"
         );
+        if !unprivileged {
+            assert!(r["status"].contains("2 descriptors (cpu-filtered"), "{r:?}");
+        }
         let ms: u64 = r["start_ms"].parse().unwrap();
         assert!(ms < 500, "failing took {ms} ms");
         // The same for a sampler of the process.
-        let r = run("sampler", (1024, 1500), 2000, 0, unprivileged, None);
-        assert!(
-            r["status"].starts_with(&format!("{:#x}", NtStatus::INSUFFICIENT_RESOURCES.as_u32())),
-            "{r:?}"
-        );
+        let r = run("sampler", nofile, 2000, 0, unprivileged, None);
+        assert!(r["status"].starts_with(&insufficient), "{r:?}");
         assert!(r["status"].contains("ulimit -Hn"), "{r:?}");
         let ms: u64 = r["start_ms"].parse().unwrap();
         assert!(ms < 500, "the sampler's failure took {ms} ms");
     }
+    // As root, 1,500 descriptors hold the processor-wide filtered events of 2,000 threads.
+    let r = run("profile", (1024, 1500), 2000, 0, false, None);
+    assert_eq!(r["status"], "0x0", "{r:?}");
+    assert_eq!(r["mode"], "cpu-filtered", "{r:?}");
 }

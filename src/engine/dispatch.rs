@@ -30,6 +30,33 @@ pub(crate) struct CpuRing {
     /// Bytes the previous drain consumed from the ring: with this drain's, they bound how far the kernel may
     /// have written since the tail it last saw (see `may_have_dropped`).
     pub drained_before: u64,
+    /// A processor-wide ring of a process's stream (`EventMode::CpuFiltered`): only that process's samples
+    /// count; the others are read and dropped, seen by no profile.
+    pub filter: Option<TaskFilter>,
+}
+
+/// The task a processor-wide filtered ring's samples must come from: its process id, less the library's own
+/// threads in it.
+#[derive(Clone, Debug)]
+pub(crate) struct TaskFilter {
+    pid: u32,
+    skip: Arc<[u32]>,
+}
+
+impl TaskFilter {
+    /// Samples of process `pid` only, none of the threads `skip`.
+    pub(crate) fn new(pid: i32, skip: &[crate::perf::sys::Tid]) -> TaskFilter {
+        TaskFilter {
+            pid: pid as u32,
+            skip: skip.iter().map(|t| t.0 as u32).collect(),
+        }
+    }
+
+    /// True for a sample of another task.
+    #[inline]
+    fn rejects(&self, pid: u32, tid: u32) -> bool {
+        pid != self.pid || self.skip.contains(&tid)
+    }
 }
 
 impl CpuRing {
@@ -43,6 +70,7 @@ impl CpuRing {
             lost_records: 0,
             lost_counted: 0,
             drained_before: 0,
+            filter: None,
         }
     }
 }
@@ -184,7 +212,10 @@ impl StreamDispatch {
             let ring_cpu = r.cpu;
             let (mut samples, mut lost, mut throttled) = (0u64, 0u64, 0u64);
             let tail = r.ring.consumed();
+            let filter = r.filter.as_ref();
             records += r.ring.drain(|rec| match rec {
+                // Another task's sample on a processor-wide filtered ring: no profile of the stream saw it.
+                Record::Sample { pid, tid, .. } if filter.is_some_and(|f| f.rejects(pid, tid)) => {}
                 Record::Sample { ip, cpu, .. } => {
                     samples += 1;
                     let cpu = match ring_cpu {

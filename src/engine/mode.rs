@@ -9,6 +9,11 @@
 //!   `dummy` event of the same thread (the kernel shares a per-thread ring only within its thread, and refuses
 //!   to map an `inherit` event on any processor): `2 × threads` descriptors, `threads` small rings; each sample
 //!   carries its processor, and the consumer applies the affinity from it.
+//! - [`EventMode::CpuFiltered`]: one event per processor for every task, of which only the target's samples are
+//!   counted (each sample carries its process and thread): `cpus` descriptors and rings, however many threads.
+//!   It needs the privilege to observe every process (CAP_PERFMON, CAP_SYS_ADMIN, or
+//!   `kernel.perf_event_paranoid` 0 or less), and the consumer reads (and drops) the samples of every other
+//!   task of those processors.
 //! - [`EventMode::Cpu`]: a global stream, one event per processor for every task.
 
 use std::cell::RefCell;
@@ -28,6 +33,14 @@ const PER_THREAD_PAGES: [usize; 7] = [64, 32, 16, 8, 4, 2, 1];
 const UNLIMITED_TARGET: u64 = 32 << 20;
 /// Descriptors kept free beyond a stream's own: threads created during the start, and the process's own needs.
 const SPARE_DESCRIPTORS: u64 = 32;
+/// `CAP_SYS_ADMIN` and `CAP_PERFMON`: either lets a process open per-processor events for every task.
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+/// With the privilege, processor-wide filtered events are preferred once (thread × processor) events would need
+/// more descriptors than this (the usual soft `RLIMIT_NOFILE`): below it those cost little and sample only the
+/// target, above it they grow with threads × processors (descriptors, kernel memory, start time) while the
+/// processor-wide set stays at one per processor.
+pub(crate) const THREAD_CPU_PREFERRED_UP_TO: u64 = 1024;
 
 /// How a stream's events are laid out (see the module's documentation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -39,6 +52,8 @@ pub enum EventMode {
     PerThread,
     /// One event per processor for every task (a global profile).
     Cpu,
+    /// One event per processor for every task, only the target's samples counted (privileged).
+    CpuFiltered,
 }
 
 impl EventMode {
@@ -48,6 +63,7 @@ impl EventMode {
             EventMode::ThreadCpu => "thread-cpu",
             EventMode::PerThread => "per-thread",
             EventMode::Cpu => "cpu",
+            EventMode::CpuFiltered => "cpu-filtered",
         }
     }
 
@@ -57,6 +73,7 @@ impl EventMode {
             EventMode::ThreadCpu => 1,
             EventMode::PerThread => 2,
             EventMode::Cpu => 3,
+            EventMode::CpuFiltered => 4,
         }
     }
 }
@@ -78,12 +95,13 @@ pub struct EventUsage {
     pub threads: usize,
 }
 
-/// The mode the environment forces (`NTPROFILE_EVENTS=per-thread` or `thread-cpu`), read at each start; `None`
-/// (also for `auto` or anything else): chosen from the budgets.
+/// The mode the environment forces (`NTPROFILE_EVENTS=per-thread`, `thread-cpu` or `cpu-filtered`), read at
+/// each start; `None` (also for `auto` or anything else): chosen from the budgets and the privilege.
 pub(crate) fn forced_mode() -> Option<EventMode> {
     match std::env::var("NTPROFILE_EVENTS").ok()?.as_str() {
         "per-thread" => Some(EventMode::PerThread),
         "thread-cpu" => Some(EventMode::ThreadCpu),
+        "cpu-filtered" => Some(EventMode::CpuFiltered),
         _ => None,
     }
 }
@@ -104,6 +122,9 @@ pub(crate) struct Budget {
     pub(crate) memlock: u64,
     pub(crate) pinned_kib: u64,
     pub(crate) online: u64,
+    /// The process may open per-processor events for every task (CAP_PERFMON, CAP_SYS_ADMIN, or
+    /// `kernel.perf_event_paranoid` 0 or less).
+    pub(crate) privileged: bool,
 }
 
 impl Budget {
@@ -122,6 +143,9 @@ impl Budget {
                 .saturating_add(memlock)
                 .saturating_sub(pinned_kib * 1024)
         });
+        let privileged = perf_event_paranoid() <= 0
+            || has_capability(CAP_PERFMON)
+            || has_capability(CAP_SYS_ADMIN);
         Budget {
             soft,
             hard,
@@ -131,6 +155,7 @@ impl Budget {
             memlock,
             pinned_kib,
             online,
+            privileged,
         }
     }
 
@@ -152,7 +177,7 @@ pub(crate) fn descriptors(mode: EventMode, threads: u64, cpus: u64) -> u64 {
     match mode {
         EventMode::ThreadCpu => threads.saturating_mul(cpus),
         EventMode::PerThread => threads.saturating_mul(2),
-        EventMode::Cpu => cpus,
+        EventMode::Cpu | EventMode::CpuFiltered => cpus,
     }
 }
 
@@ -161,9 +186,11 @@ fn per_thread_bytes(threads: u64, pages: usize) -> u64 {
     threads.saturating_mul((pages as u64 + 1) * page_size() as u64)
 }
 
-/// The layout for `threads` threads on `cpus` processors under `budget` (`forced`: that mode or none):
-/// (thread × processor) events where the hard descriptor limit holds them, per-thread events where it does not
-/// and their rings fit the locked memory.
+/// The layout for `threads` threads on `cpus` processors under `budget` (`forced`: that mode or none). With the
+/// privilege to observe every process, processor-wide filtered events (descriptors and rings by processors
+/// alone) once (thread × processor) events would need more than [`THREAD_CPU_PREFERRED_UP_TO`] descriptors;
+/// otherwise (thread × processor) events where the hard descriptor limit holds them, then processor-wide
+/// filtered events (privileged), then per-thread events where their rings fit the locked memory.
 ///
 /// # Errors
 /// When no layout fits: a sentence with what was needed and the limits, naming the limit to raise.
@@ -200,13 +227,27 @@ pub(crate) fn choose(
             pages: 0,
         })
     };
+    // Its rings are thread-cpu's (one per processor, shrunk to the locked memory when mapped).
+    let cpu_filtered = || -> Option<Plan> {
+        // No descriptor per thread: threads created during the start need none to spare.
+        (budget.privileged
+            && descriptors(EventMode::CpuFiltered, threads, cpus) + SPARE_DESCRIPTORS <= free)
+            .then_some(Plan {
+                mode: EventMode::CpuFiltered,
+                pages: 0,
+            })
+    };
     let found = match forced {
         Some(EventMode::PerThread) => per_thread(),
+        Some(EventMode::CpuFiltered) => cpu_filtered(),
         Some(_) => thread_cpu(),
+        None if descriptors(EventMode::ThreadCpu, threads, cpus) > THREAD_CPU_PREFERRED_UP_TO => {
+            cpu_filtered().or_else(thread_cpu).or_else(per_thread)
+        }
         // (Thread × processor) events first wherever the descriptors allow them; per-thread events where they
         // do not (see docs/limits.md for the case where a per-thread stream of another process that exits
         // under load was measured to miss samples without counting them as lost).
-        None => thread_cpu().or_else(per_thread),
+        None => thread_cpu().or_else(cpu_filtered).or_else(per_thread),
     };
     found.ok_or_else(|| shortfall(threads, cpus, forced, budget))
 }
@@ -233,10 +274,26 @@ fn shortfall(threads: u64, cpus: u64, forced: Option<EventMode>, b: &Budget) -> 
     } else {
         ""
     };
+    if forced == Some(EventMode::CpuFiltered) && !b.privileged {
+        return format!(
+            "NTPROFILE_EVENTS forces cpu-filtered, which opens one event per processor for every task: this \
+             process lacks the privilege (CAP_PERFMON or CAP_SYS_ADMIN, or kernel.perf_event_paranoid 0 or \
+             less, is {}); unset NTPROFILE_EVENTS or grant the capability",
+            perf_event_paranoid()
+        );
+    }
+    // The fewest descriptors a layout that may be chosen needs, with its spare.
+    let least = match forced {
+        Some(EventMode::ThreadCpu) => tc + spare,
+        Some(EventMode::PerThread) => pt + spare,
+        Some(_) => cpus + SPARE_DESCRIPTORS,
+        None if b.privileged => cpus + SPARE_DESCRIPTORS,
+        None => pt.min(tc) + spare,
+    };
     let forced = forced.map_or(String::new(), |m| {
         format!(" (NTPROFILE_EVENTS forces {})", m.name())
     });
-    let need_fds = b.open + pt.min(tc) + spare;
+    let need_fds = b.open + least;
     let fix = if need_fds > b.hard {
         format!(
             "raise the hard RLIMIT_NOFILE (ulimit -Hn, systemd LimitNOFILE=) to at least {need_fds}{memlock}"
@@ -248,11 +305,16 @@ fn shortfall(threads: u64, cpus: u64, forced: Option<EventMode>, b: &Budget) -> 
             ring_kib.saturating_sub(b.locked.unwrap_or(0) / 1024)
         )
     };
+    let filtered = if b.privileged {
+        format!(" or {cpus} descriptors (cpu-filtered: one event per processor)")
+    } else {
+        String::new()
+    };
     format!(
         "profiling {threads} threads on {cpus} processors{forced} needs {tc} descriptors (thread-cpu: one event \
-         per thread and processor) or {pt} descriptors and {ring_kib} KiB of locked ring memory (per-thread), \
-         and about {spare} to spare; this process has {} open, RLIMIT_NOFILE {}/{} (soft/hard), locked memory \
-         {locked}: {fix}",
+         per thread and processor) or {pt} descriptors and {ring_kib} KiB of locked ring memory (per-thread)\
+         {filtered}, and about {spare} to spare; this process has {} open, RLIMIT_NOFILE {}/{} (soft/hard), \
+         locked memory {locked}: {fix}",
         b.open, b.soft, b.hard,
     )
 }
@@ -286,6 +348,7 @@ mod tests {
             memlock: 8 << 20,
             pinned_kib: 0,
             online: 2,
+            privileged: false,
         }
     }
 
@@ -316,6 +379,53 @@ mod tests {
             choose(1000, 96, None, &budget(20_000, None)).unwrap().pages,
             4
         );
+    }
+
+    /// With the privilege, many threads × processors get processor-wide filtered events; few keep (thread ×
+    /// processor) events; forcing it without the privilege names the capability.
+    #[test]
+    fn privileged_many_threads_take_processor_wide_filtered_events() {
+        let mut b = budget(20_000, Some(9 << 20));
+        b.privileged = true;
+        assert_eq!(
+            choose(1000, 96, None, &b).unwrap().mode,
+            EventMode::CpuFiltered
+        );
+        // 513 threads on 2 processors need 1,026 (thread × processor) events; 512 need 1,024.
+        assert_eq!(
+            choose(513, 2, None, &b).unwrap().mode,
+            EventMode::CpuFiltered
+        );
+        assert_eq!(choose(512, 2, None, &b).unwrap().mode, EventMode::ThreadCpu);
+        assert_eq!(
+            choose(11, 96, None, &b).unwrap().mode,
+            EventMode::CpuFiltered
+        );
+        assert_eq!(choose(10, 96, None, &b).unwrap().mode, EventMode::ThreadCpu);
+        assert_eq!(
+            choose(100, 96, Some(EventMode::ThreadCpu), &b)
+                .unwrap()
+                .mode,
+            EventMode::ThreadCpu
+        );
+        // Forced where its descriptors do not fit: the hard limit is named, with thread-cpu's count.
+        let e = choose(1000, 96, Some(EventMode::ThreadCpu), &b).unwrap_err();
+        assert!(e.contains("ulimit -Hn") && e.contains("96"), "{e}");
+        // A hard limit of 1,500 holds 96 processor-wide events, not 2,000 threads' events in any other layout.
+        let mut small = budget(1500, Some(1 << 20));
+        small.privileged = true;
+        assert_eq!(
+            choose(2000, 96, None, &small).unwrap().mode,
+            EventMode::CpuFiltered
+        );
+        let e = choose(
+            2000,
+            96,
+            Some(EventMode::CpuFiltered),
+            &budget(20_000, None),
+        )
+        .unwrap_err();
+        assert!(e.contains("CAP_PERFMON"), "{e}");
     }
 
     #[test]

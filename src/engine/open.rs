@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use nix::errno::Errno;
 
-use super::dispatch::CpuRing;
+use super::dispatch::{CpuRing, TaskFilter};
 use super::mode::{self, Budget, EventMode, Plan};
 
 mod per_thread;
@@ -59,6 +59,9 @@ pub(super) fn open_cpus(
         params.sample_cpu = chosen.mode == EventMode::PerThread;
         // Per-thread rings count their drops from the events as well (one event per ring).
         params.read_lost = chosen.mode == EventMode::PerThread && !lost_unsupported;
+        if chosen.mode == EventMode::CpuFiltered {
+            return open_filtered(params, target, cpus, skip, chosen);
+        }
         let mut pass = Pass::new(&mut *params, cpus, target, chosen);
         let observed = scan
             .iter()
@@ -114,6 +117,39 @@ pub(super) fn open_cpus(
     // Passes kept finding the process alive with none of its threads observable: a passing state (its threads
     // come and go faster than they can be listed), never a fault of the handle.
     Err(NtStatus::INSUFFICIENT_RESOURCES)
+}
+
+/// Open processor-wide filtered events of `target` on `cpus`: one event per processor for every task, its ring
+/// tagged with the target's process id and the threads to leave out (`skip`: the library's own), so that the
+/// consumer counts only the target's samples. No thread list is walked and no pass can be spoiled by a thread
+/// created meanwhile: every task of the processors is observed from the moment the events are enabled, the
+/// target's threads created later among them.
+fn open_filtered(
+    params: &mut EventParams,
+    target: &Target,
+    cpus: &CpuSet,
+    skip: &[Tid],
+    plan: Plan,
+) -> Result<Opened, NtStatus> {
+    params.sample_tid = true;
+    // A per-processor event has no task to inherit from.
+    params.inherit_threads = false;
+    if target.has_exited() {
+        return Ok(Opened::nothing());
+    }
+    let filter = TaskFilter::new(target.pid(), skip);
+    let mut pass = Pass::new(&mut *params, cpus, target, plan);
+    pass.filter = Some(filter);
+    if let Err(status) = pass.observe(Tid::ALL_TASKS) {
+        return Err(pass.failed(status));
+    }
+    if target.has_exited() {
+        return Ok(Opened::nothing());
+    }
+    let mut opened = pass.finish();
+    // No thread has events of its own.
+    opened.tids.clear();
+    Ok(opened)
 }
 
 /// The layout of a stream's events for the threads `scan` (less `skip`) on `cpus`: the stream's own when it
@@ -201,6 +237,8 @@ struct Pass<'a> {
     ring_bytes: usize,
     /// The kernel refused `PERF_FORMAT_LOST` (before 6.0): the events were opened without it.
     lost_unsupported: bool,
+    /// Processor-wide filtered events: the task their rings' samples must come from.
+    filter: Option<TaskFilter>,
 }
 
 impl<'a> Pass<'a> {
@@ -226,6 +264,7 @@ impl<'a> Pass<'a> {
             plan,
             ring_bytes: 0,
             lost_unsupported: false,
+            filter: None,
         }
     }
 
@@ -278,8 +317,9 @@ impl<'a> Pass<'a> {
                         None => return Ok(()), // the thread exited meanwhile
                     };
                     self.ring_bytes += ring.map_len();
-                    self.rings
-                        .push(CpuRing::new(Some(cpu), ring, fd.as_raw_fd(), -1));
+                    let mut cpu_ring = CpuRing::new(Some(cpu), ring, fd.as_raw_fd(), -1);
+                    cpu_ring.filter = self.filter.clone();
+                    self.rings.push(cpu_ring);
                     self.owner[ci] = Some(self.fds.len());
                     fd
                 }

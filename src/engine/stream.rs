@@ -182,7 +182,8 @@ impl Stream {
 
     /// True when the stream observes a thread through inheritance only (created after its events opened).
     fn has_inherited_threads(&self, own: &[Tid]) -> bool {
-        if self.key.target.is_global() {
+        // Per-processor events (global or filtered) have no inherited copies.
+        if self.key.target.is_global() || self.mode == Some(EventMode::CpuFiltered) {
             return false;
         }
         match self.key.target.threads() {

@@ -24,11 +24,13 @@ fn every_thread_of_a_200_thread_process_counts_and_descriptor_exhaustion_is_clea
     assert_eq!(tasks, THREADS + 1, "the target's threads before the start");
     let range = target.range("hot_t");
 
-    // Descriptor exhaustion, in a helper process whose limit is 64.
+    // Descriptor exhaustion, in a helper process whose limit is 64, in the (thread × processor) layout (as root,
+    // 64 descriptors would hold the processor-wide filtered one: one per processor).
     let mut command = Command::new(std::env::current_exe().expect("current_exe"));
     command
         .args(HELPER_ARGS)
         .env(HELPER_ENV, "nofile")
+        .env("NTPROFILE_EVENTS", "thread-cpu")
         .env("NTPROFILE_PROCESSES_PID", target.pid().to_string())
         .env("NTPROFILE_PROCESSES_BASE", range.0.to_string())
         .env("NTPROFILE_PROCESSES_SIZE", (range.1 - range.0).to_string());
