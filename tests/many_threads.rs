@@ -312,56 +312,27 @@ fn check_counts(r: &std::collections::HashMap<String, String>, mode: &str) {
 #[test]
 fn two_thousand_threads_at_a_soft_limit_of_1024_start_in_each_layout() {
     let _serial = common::serial();
-    // As root: processor-wide events filtered to this process, one per processor.
-    check_counts(
-        &run("profile", (1024, 20_000), 2000, 2, false, None),
-        "cpu-filtered",
-    );
-    check_counts(
-        &run(
-            "profile",
-            (1024, 20_000),
-            2000,
-            2,
-            false,
-            Some("thread-cpu"),
-        ),
-        "thread-cpu",
-    );
-    check_counts(
-        &run(
-            "profile",
-            (1024, 20_000),
-            2000,
-            2,
-            false,
-            Some("per-thread"),
-        ),
-        "per-thread",
-    );
-    check_counts(
-        &run("profile", (1024, 20_000), 2000, 2, true, None),
-        "thread-cpu",
-    );
-    // Another process of 2,000 threads, through its pid (it runs as the profiler's user).
-    check_counts(
-        &run("other", (1024, 20_000), 2000, 2, false, None),
-        "cpu-filtered",
-    );
-    check_counts(
-        &run("other", (1024, 20_000), 2000, 2, false, Some("per-thread")),
-        "per-thread",
-    );
-    check_counts(
-        &run("other", (1024, 20_000), 2000, 2, true, None),
-        "thread-cpu",
-    );
-    // Unprivileged, per-thread rings of 2,000 threads do not fit the locked-memory allowance (8 KiB each; about
-    // 9 MiB here): 500 do.
-    check_counts(
-        &run("profile", (1024, 20_000), 500, 2, true, Some("per-thread")),
-        "per-thread",
-    );
+    // (what, threads, unprivileged, the layout forced, the layout expected). As root the layout chosen is
+    // processor-wide events filtered to the target, one per processor; unprivileged, (thread × processor)
+    // events. "other": another process of 2,000 threads, through its pid (it runs as the profiler's user).
+    // Unprivileged, per-thread rings of 2,000 threads do not fit the locked-memory allowance (8 KiB each;
+    // about 9 MiB here): 500 do.
+    let cases = [
+        ("profile", 2000, false, None, "cpu-filtered"),
+        ("profile", 2000, false, Some("thread-cpu"), "thread-cpu"),
+        ("profile", 2000, false, Some("per-thread"), "per-thread"),
+        ("profile", 2000, true, None, "thread-cpu"),
+        ("other", 2000, false, None, "cpu-filtered"),
+        ("other", 2000, false, Some("per-thread"), "per-thread"),
+        ("other", 2000, true, None, "thread-cpu"),
+        ("profile", 500, true, Some("per-thread"), "per-thread"),
+    ];
+    for (what, threads, unprivileged, forced, expected) in cases {
+        check_counts(
+            &run(what, (1024, 20_000), threads, 2, unprivileged, forced),
+            expected,
+        );
+    }
 }
 
 #[test]
