@@ -227,7 +227,9 @@ fn a_vfork_wait_has_one_name_in_both_mechanisms() {
 
 #[test]
 fn truncated_off_cpu_stacks_have_their_own_note() {
-    // A sleep 2000 calls deep: the 8192-byte copy of the blocked stack holds a part of it.
+    // Four sleeps 2000 calls deep: the 8192-byte copy of the blocked stack holds a part of it. (One wait whose
+    // stack was read while blocked is enough; a single one was missed once on a loaded machine, when the reader
+    // came after the thread had woken: "1 switch-outs seen" and no note.)
     let prog = cases();
     let (report, _) = record(
         &[

@@ -1,7 +1,7 @@
 /* Off-CPU cases, one per first argument:
  *   preempt  two threads pinned to one CPU spin for 600 ms in spin_a and spin_b: they preempt each other.
  *   exitwait a thread blocks in a condition wait (worker_waits) until the process exits under it, 300 ms in.
- *   deep     block in a sleep 2000 calls deep (a stack far larger than the default copy of it).
+ *   deep     block in four sleeps 2000 calls deep (a stack far larger than the default copy of it).
  *   vfork    wait 200 ms in vfork() (the child sleeps before it exits).
  *   twins    two children sleep in twin_sleep (200 and 300 ms) while the parent waits for them.
  *   nice     print the nice value of the parent's thread named ntprof-offcpu (the off-CPU watcher). */
@@ -52,8 +52,11 @@ __attribute__((noinline)) static int deep_sleep(int depth) {
     volatile char pad[64];
     pad[0] = (char)depth;
     if (depth == 0) {
-        struct timespec t = {0, 200 * 1000 * 1000};
-        nanosleep(&t, 0);
+        /* Four waits of 250 ms at the bottom: the profiler copies a blocked thread's stack while it is still
+         * blocked, and on a loaded machine its reader may come too late for one wait, not for four. */
+        struct timespec t = {0, 250 * 1000 * 1000};
+        for (int i = 0; i < 4; i++)
+            nanosleep(&t, 0);
         return pad[0];
     }
     return deep_sleep(depth - 1) + pad[0];
