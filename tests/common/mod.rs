@@ -201,6 +201,25 @@ pub fn reap_children() -> Vec<i32> {
     }
 }
 
+/// Wait until process `pid` (single-threaded) sleeps in `read(2)` (system call 0 on x86-64, per
+/// `/proc/PID/syscall`), 30 s at the most; panics naming `what` otherwise. A program that waits for a line on
+/// its standard input has then finished its start-up (the loader's page faults, its first calls): events enabled
+/// after this see none of it, whatever the order they are enabled in.
+#[allow(dead_code)] // only the tests that compare two events of a waiting program ask
+pub fn wait_blocked_in_read(pid: u32, what: &str) {
+    let path = format!("/proc/{pid}/syscall");
+    let start = std::time::Instant::now();
+    let mut last = String::new();
+    while start.elapsed() < std::time::Duration::from_secs(30) {
+        last = std::fs::read_to_string(&path).unwrap_or_else(|e| e.to_string());
+        if last.split_whitespace().next() == Some("0") {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    panic!("{what} never blocked reading its standard input: {path} says {last:?}");
+}
+
 /// An independent counting event of the user-space page faults of process `pid` and its descendants, created
 /// disabled, for checking a sampler's samples + lost against what the kernel counted.
 #[allow(dead_code)] // only the tests that check loss against page faults ask

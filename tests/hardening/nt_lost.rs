@@ -79,6 +79,9 @@ fn one_page_rings(stalled: u64) {
             .spawn()
             .expect("spawn faulter");
         let pid = child.id();
+        // Its start-up over before the profile starts: the counter, enabled after the start, then sees every
+        // fault the profile's events see.
+        crate::common::wait_blocked_in_read(pid, "the faulter");
         let mut process: *mut c_void = std::ptr::null_mut();
         let mut cid = [u64::from(pid), 0u64];
         assert_eq!(

@@ -91,28 +91,8 @@ impl Waiting {
             .stdin(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
-        let waiting = Waiting { child };
-        waiting.wait_blocked_in_read(program);
-        waiting
-    }
-
-    /// Wait until the program's only thread sleeps in `read(2)` (system call 0 on x86-64, per
-    /// `/proc/PID/syscall`), 30 s at the most.
-    fn wait_blocked_in_read(&self, program: &Path) {
-        let path = format!("/proc/{}/syscall", self.pid());
-        let start = std::time::Instant::now();
-        let mut last = String::new();
-        while start.elapsed() < std::time::Duration::from_secs(30) {
-            last = std::fs::read_to_string(&path).unwrap_or_else(|e| e.to_string());
-            if last.split_whitespace().next() == Some("0") {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(2));
-        }
-        panic!(
-            "{} never blocked reading its standard input: {path} says {last:?}",
-            program.display()
-        );
+        common::wait_blocked_in_read(child.id(), &program.display().to_string());
+        Waiting { child }
     }
 
     fn pid(&self) -> u32 {
