@@ -7,9 +7,12 @@
 //! Several symbols often share an address: `malloc`, `__libc_malloc` and (in a debug file) `__GI___libc_malloc`
 //! are one function. The one a user knows is kept: a sized symbol over an unsized one, an exported name over a
 //! local one (a global export first, then a weak one: libc exports `qsort_r` only as weak, and its debug file
-//! adds the local `__qsort_r` and `__GI___qsort_r`), then the name with fewer leading underscores, then the
-//! longer name (then the alphabetically first, so the choice never depends on the order of the file). perf
-//! ranks a local name above a weak export and so shows `__GI___qsort_r`; a user calls it `qsort_r`.
+//! adds the local `__qsort_r` and `__GI___qsort_r`), then a name that is not one of glibc's internal aliases
+//! (`__GI_` and `__EI_` prepended to the function's own name: the debug file has both `____strtod_l_internal`
+//! and `__GI_____strtod_l_internal`, local alike, and the alias has fewer leading underscores), then the name
+//! with fewer leading underscores, then the longer name (then the alphabetically first, so the choice never
+//! depends on the order of the file). perf ranks a local name above a weak export and so shows
+//! `__GI___qsort_r`; a user calls it `qsort_r`.
 
 use std::cmp::Ordering;
 
@@ -62,11 +65,18 @@ fn leading_underscores(name: &str) -> usize {
     name.bytes().take_while(|&b| b == b'_').count()
 }
 
+/// glibc's internal alias of a function (`__GI_` + its name: calls inside libc that bypass the PLT; `__EI_`
+/// in some builds): a name no user writes.
+fn internal_alias(name: &str) -> bool {
+    name.starts_with("__GI_") || name.starts_with("__EI_")
+}
+
 /// `Less` when `a` is the better name for their shared address.
 fn better((sa, ba): (&Symbol, Binding), (sb, bb): (&Symbol, Binding)) -> Ordering {
     (sb.size > 0)
         .cmp(&(sa.size > 0))
         .then(bb.exported_rank().cmp(&ba.exported_rank()))
+        .then(internal_alias(&sa.name).cmp(&internal_alias(&sb.name)))
         .then(leading_underscores(&sa.name).cmp(&leading_underscores(&sb.name)))
         .then(sb.name.len().cmp(&sa.name.len()))
         .then(sa.name.cmp(&sb.name))
@@ -218,6 +228,15 @@ mod tests {
                 (sym(0x1000, 834, "qsort_r"), Weak)
             ]),
             "qsort_r"
+        );
+        // Both local (a function libc does not export): the name over its internal alias, although the alias
+        // has fewer leading underscores.
+        assert_eq!(
+            names(vec![
+                (sym(0x1000, 5000, "__GI_____strtod_l_internal"), Local),
+                (sym(0x1000, 5000, "____strtod_l_internal"), Local)
+            ]),
+            "____strtod_l_internal"
         );
         // A global export beats a weak one; a sized entry beats an unsized one.
         assert_eq!(
