@@ -58,8 +58,35 @@ pub fn backend(name: &str) -> PathBuf {
     path
 }
 
-/// A port nobody listens on now.
+/// A port nobody listens on now, below the kernel's ephemeral range, and never the same twice in a process.
+///
+/// A port the kernel picks for `bind(0)` comes from the ephemeral range, which also supplies the local port
+/// of every outgoing connection: between this call and the server's own bind, a client connection (the
+/// server's own, another test's) could take it. A loaded run saw exactly that (Pyroscope's memberlist port
+/// "bind: address already in use"). Below the range only another listener can take it.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    // Ports 10000 up to the range's start, walked from a point that depends on the process, so that two test
+    // processes rarely walk the same ports. Relaxed: the counter only has to hand out distinct values.
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let low: u32 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    let (first, span) = if low > 11000 {
+        (10000, low - 10000)
+    } else {
+        (1024, low.saturating_sub(1024).max(1))
+    };
+    let offset = std::process::id().wrapping_mul(7919) % span;
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (first + (offset + n * 97) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    // Every one of them taken: the kernel's choice, as before.
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -227,6 +254,24 @@ pub fn check_shares(counts: &BTreeMap<String, i64>, what: &str) -> f64 {
 /// 127.0.0.1, where its gRPC server listens: the default is the first network interface's address); returns it
 /// and its HTTP port once it is ready (its ring has an ingester).
 pub fn start_pyroscope(bin: &Path, dir: &Path) -> (Server, u16) {
+    // A port taken by another listener between the choice and Pyroscope's bind fails one of its modules and
+    // leaves the server never ready: started again on other ports (up to 3 times).
+    for attempt in 1.. {
+        match try_start_pyroscope(bin, dir) {
+            Ok(started) => return started,
+            Err(log) if attempt < 3 => {
+                println!(
+                    "Pyroscope could not bind a port (attempt {attempt}); started again:\n{log}"
+                )
+            }
+            Err(log) => panic!("Pyroscope could not bind its ports 3 times:\n{log}"),
+        }
+    }
+    unreachable!()
+}
+
+/// [`start_pyroscope`] once: `Err` with its log when a port it was given was already in use.
+fn try_start_pyroscope(bin: &Path, dir: &Path) -> Result<(Server, u16), String> {
     let (http, grpc, memberlist) = (free_port(), free_port(), free_port());
     let mut server = Server::start(
         Command::new(bin)
@@ -258,6 +303,10 @@ pub fn start_pyroscope(bin: &Path, dir: &Path) -> (Server, u16) {
             ]),
         dir.join("pyroscope.log"),
     );
+    let in_use = |server: &Server| {
+        let log = server.log_text();
+        log.contains("address already in use").then_some(log)
+    };
     server.wait_port(http, Duration::from_secs(120));
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -269,6 +318,9 @@ pub fn start_pyroscope(bin: &Path, dir: &Path) -> (Server, u16) {
         .call()
         .is_ok_and(|r| r.status() == 200)
     {
+        if let Some(log) = in_use(&server) {
+            return Err(log);
+        }
         assert!(
             Instant::now() < until,
             "Pyroscope not ready within 120 s:\n{}",
@@ -276,5 +328,5 @@ pub fn start_pyroscope(bin: &Path, dir: &Path) -> (Server, u16) {
         );
         std::thread::sleep(Duration::from_millis(250));
     }
-    (server, http)
+    Ok((server, http))
 }
