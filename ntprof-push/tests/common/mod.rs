@@ -256,18 +256,15 @@ pub fn check_shares(counts: &BTreeMap<String, i64>, what: &str) -> f64 {
 pub fn start_pyroscope(bin: &Path, dir: &Path) -> (Server, u16) {
     // A port taken by another listener between the choice and Pyroscope's bind fails one of its modules and
     // leaves the server never ready: started again on other ports (up to 3 times).
-    for attempt in 1.. {
+    for attempt in 1..=3 {
         match try_start_pyroscope(bin, dir) {
             Ok(started) => return started,
-            Err(log) if attempt < 3 => {
-                println!(
-                    "Pyroscope could not bind a port (attempt {attempt}); started again:\n{log}"
-                )
+            Err(log) => {
+                println!("Pyroscope could not bind a port (attempt {attempt} of 3):\n{log}")
             }
-            Err(log) => panic!("Pyroscope could not bind its ports 3 times:\n{log}"),
         }
     }
-    unreachable!()
+    panic!("Pyroscope could not bind its ports 3 times (its logs are above)")
 }
 
 /// [`start_pyroscope`] once: `Err` with its log when a port it was given was already in use.
@@ -303,10 +300,6 @@ fn try_start_pyroscope(bin: &Path, dir: &Path) -> Result<(Server, u16), String> 
             ]),
         dir.join("pyroscope.log"),
     );
-    let in_use = |server: &Server| {
-        let log = server.log_text();
-        log.contains("address already in use").then_some(log)
-    };
     server.wait_port(http, Duration::from_secs(120));
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
@@ -318,7 +311,8 @@ fn try_start_pyroscope(bin: &Path, dir: &Path) -> Result<(Server, u16), String> 
         .call()
         .is_ok_and(|r| r.status() == 200)
     {
-        if let Some(log) = in_use(&server) {
+        let log = server.log_text();
+        if log.contains("address already in use") {
             return Err(log);
         }
         assert!(
