@@ -139,6 +139,20 @@ impl Active {
     }
 }
 
+impl Active {
+    /// The KPROFILE rule for one sample: on a processor of the affinity and inside the range, its bucket
+    /// counts it.
+    #[inline]
+    fn count(&mut self, ip: u64, cpu: usize) {
+        if self.cpus.contains(cpu)
+            && let Some(i) = self.layout.index(ip)
+        {
+            self.buf.increment(i);
+            self.pending.counted += 1;
+        }
+    }
+}
+
 impl StreamDispatch {
     /// A stream with no ring and no started profile yet.
     pub(super) fn new(id: StreamId) -> StreamDispatch {
@@ -181,10 +195,15 @@ impl StreamDispatch {
     }
 
     fn drain_with(&mut self, exact: bool) -> u64 {
-        if self.stale {
-            if !exact && !self.rings.iter().any(|r| r.ring.has_data()) {
-                // Nothing to match: keep the rebuild for later. Never drain with a stale index (its slots
-                // would not match `active`).
+        // An exact drain with a stale index (a start or stop right after another) matches its few samples
+        // against every started profile instead of rebuilding: the set changes again right after it, and a
+        // rebuild per call made N starts cost O(N² log N). The consumer's own drains rebuild, once per change
+        // of the set that has samples to match. Never match with a stale index (its slots would not match
+        // `active`).
+        let scan = self.stale && exact;
+        if self.stale && !exact {
+            if !self.rings.iter().any(|r| r.ring.has_data()) {
+                // Nothing to match: keep the rebuild for later.
                 return 0;
             }
             let ranges: Vec<(u64, u64)> = self
@@ -228,13 +247,13 @@ impl StreamDispatch {
                             c
                         }
                     };
-                    for &slot in index.lookup(ip) {
-                        let a = &mut active[slot as usize];
-                        if a.cpus.contains(cpu)
-                            && let Some(i) = a.layout.index(ip)
-                        {
-                            a.buf.increment(i);
-                            a.pending.counted += 1;
+                    if scan {
+                        for a in active.iter_mut() {
+                            a.count(ip, cpu);
+                        }
+                    } else {
+                        for &slot in index.lookup(ip) {
+                            active[slot as usize].count(ip, cpu);
                         }
                     }
                 }
@@ -333,7 +352,98 @@ impl ReplayStream {
 
 #[cfg(test)]
 mod tests {
-    use super::may_have_dropped;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicU32;
+
+    use super::super::counters::{CounterStorage, Counts, StreamId};
+    use super::{Active, CpuRing, StreamDispatch, may_have_dropped};
+    use crate::affinity::CpuSet;
+    use crate::buckets::{check_layout, counters_needed};
+    use crate::perf::ring::{Ring, SampleLayout};
+
+    /// A profile of `[base, base + size)` in 16-byte buckets, counting on processor 0.
+    fn profile(base: u64, size: u64) -> Arc<Counts> {
+        let n = counters_needed(size, 4);
+        let layout = check_layout(base, size, 4, (n * 4) as u32).expect("layout");
+        let storage = CounterStorage::Owned((0..n).map(|_| AtomicU32::new(0)).collect());
+        Arc::new(Counts::new(layout, storage))
+    }
+
+    /// Every sample is counted in every started profile whose range holds it, whether the drain matched it
+    /// through the rebuilt range index or, in an exact drain right after the set changed, against every
+    /// profile.
+    #[test]
+    fn exact_drains_after_a_change_count_like_the_index() {
+        let ips: Vec<u64> = (0..400u64).map(|i| 0x1000 + (i * 37) % 0x300).collect();
+        // One sample record per IP as the kernel writes them: header (PERF_RECORD_SAMPLE, user mode, 16 bytes),
+        // then the IP.
+        let rec: Vec<u8> = ips
+            .iter()
+            .flat_map(|&ip| {
+                let header = 9u64 | (2u64 << 32) | (16u64 << 48);
+                [header.to_ne_bytes(), ip.to_ne_bytes()]
+            })
+            .flatten()
+            .collect();
+        let ring = Ring::anonymous(4, SampleLayout::default()).expect("ring");
+        let mut s = StreamDispatch::new(StreamId(0));
+        s.rings.push(CpuRing::new(Some(0), ring, -1, -1));
+        let ranges = [
+            (0x1000, 0x100),
+            (0x1080, 0x200),
+            (0x1200, 0x40),
+            (0x2000, 0x10),
+        ];
+        let on_cpu0 = CpuSet::from_cpus([0]);
+        let mut counts = Vec::new();
+        let expect = |n: usize| -> Vec<u64> {
+            ranges[..n]
+                .iter()
+                .map(|&(b, sz)| ips.iter().filter(|&&ip| ip >= b && ip < b + sz).count() as u64)
+                .collect()
+        };
+        let counted = |counts: &[Arc<Counts>]| -> Vec<u64> {
+            counts
+                .iter()
+                .map(|c| {
+                    let buckets = c.storage.snapshot().expect("owned counters");
+                    buckets.iter().map(|&b| u64::from(b)).sum()
+                })
+                .collect()
+        };
+        let mut want = vec![0u64; ranges.len()];
+        for (n, &(b, sz)) in ranges.iter().enumerate() {
+            // Started like the consumer's publish: the set is stale until a drain rebuilds it.
+            let c = profile(b, sz);
+            s.active.push(Active::new(c.clone(), on_cpu0.clone()));
+            s.rebuild_index();
+            counts.push(c);
+            s.rings[0].ring.load(&rec);
+            // Odd steps settle exactly (no rebuild: every profile is tried), even steps drain as the
+            // consumer's pass does (rebuild, then the index).
+            let records = if n % 2 == 1 {
+                s.drain_exact()
+            } else {
+                s.drain()
+            };
+            assert_eq!(records, ips.len() as u64, "step {n}");
+            for (w, e) in want.iter_mut().zip(expect(n + 1)) {
+                *w += e;
+            }
+            let mut got = counted(&counts);
+            got.resize(ranges.len(), 0);
+            assert_eq!(
+                got,
+                want,
+                "after start {n} ({})",
+                if n % 2 == 1 { "exact" } else { "index" }
+            );
+        }
+        assert!(
+            want.iter().take(3).all(|&w| w > 0),
+            "the ranges hold samples: {want:?}"
+        );
+    }
 
     #[test]
     fn a_drop_during_a_drain_is_found_by_the_next_one() {
