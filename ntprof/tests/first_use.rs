@@ -281,6 +281,29 @@ fn multi_line_command_lines_are_escaped_in_text_and_kept_in_json() {
     );
     let report: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!(report["run"]["command"][2], script);
+
+    // The case as it was met: a `python3 -c` script with a loop, the process table's row included.
+    let script = "import sys\nfor i in range(3):\n    pass\nsys.exit(0)";
+    let out = ntprof(&["record", "--", "python3", "-c", script]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let escaped = "import sys\\nfor i in range(3):\\n    pass\\nsys.exit(0)";
+    assert_eq!(
+        text.lines().next().unwrap(),
+        format!("ntprof record: python3 -c {escaped}"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.contains(&format!("[python3 -c {escaped}]"))),
+        "no process row with the escaped line:\n{text}"
+    );
+    assert!(
+        !text.lines().any(|l| l.starts_with("for i")
+            || l.starts_with("    pass")
+            || l.starts_with("sys.exit")),
+        "a raw newline of the command line:\n{text}"
+    );
 }
 
 /// `ntprof sources` gives each source that cannot be sampled one clear reason, not an error and its OS text
