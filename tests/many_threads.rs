@@ -215,17 +215,37 @@ fn other_process(threads: usize, busy: usize) {
     let _ = child.wait();
 }
 
-/// This test binary copied where `nobody` can run it.
-fn helper_binary() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("ntprofile-many-threads-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = dir.join("many-threads-helper");
-    if !path.exists() {
+/// This test binary, copied afresh where `nobody` can run it; the copy is removed when dropped.
+///
+/// Afresh every time: a directory named after this process's id may be left from an earlier process that had
+/// the same id (ids are reused, after 32,768 processes with the default `pid_max`), holding the binary of an
+/// older build. Reusing that copy once ran an old helper (without processor-wide filtered events) in place of
+/// this one.
+struct HelperCopy {
+    dir: std::path::PathBuf,
+    path: std::path::PathBuf,
+}
+
+impl HelperCopy {
+    fn new() -> HelperCopy {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("ntprofile-many-threads-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = dir.join("many-threads-helper");
         std::fs::copy(std::env::current_exe().unwrap(), &path).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        HelperCopy { dir, path }
     }
-    path
+}
+
+impl Drop for HelperCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// Run the helper with `RLIMIT_NOFILE` soft/hard, unprivileged or not, the events layout forced or not.
@@ -237,7 +257,8 @@ fn run(
     unprivileged: bool,
     mode: Option<&str>,
 ) -> std::collections::HashMap<String, String> {
-    let helper = helper_binary();
+    let copy = HelperCopy::new();
+    let helper = &copy.path;
     let mut c = Command::new("prlimit");
     c.arg(format!("--nofile={}:{}", nofile.0, nofile.1))
         .arg("--");
@@ -251,7 +272,7 @@ fn run(
         ]);
         c.args(["--bounding-set=-all"]);
     }
-    c.arg(&helper)
+    c.arg(helper)
         .args([
             "--ignored",
             "--exact",
