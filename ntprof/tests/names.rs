@@ -53,15 +53,20 @@ struct Stub {
     address: u64,
 }
 
-/// The addresses of the program's `.init` section (from `objdump -h`): where `_init`, a real function, lies.
-fn init_section(program: &Path) -> std::ops::Range<u64> {
+/// `objdump FLAG program`'s output.
+fn objdump(flag: &str, program: &Path) -> String {
     let out = Command::new("objdump")
-        .arg("-h")
+        .arg(flag)
         .arg(program)
         .output()
         .expect("run objdump");
-    assert!(out.status.success(), "objdump -h {}", program.display());
-    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "objdump {flag} {}", program.display());
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The addresses of the program's `.init` section (from `objdump -h`): where `_init`, a real function, lies.
+fn init_section(program: &Path) -> std::ops::Range<u64> {
+    let text = objdump("-h", program);
     let fields: Vec<&str> = text
         .lines()
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
@@ -86,15 +91,10 @@ fn check_init(module: &str, init: &std::ops::Range<u64>, at: u64, name: &str) {
 
 /// The `name@plt` labels of `objdump -d program`, with their sections.
 fn objdump_stubs(program: &Path) -> HashMap<String, Stub> {
-    let out = Command::new("objdump")
-        .arg("-d")
-        .arg(program)
-        .output()
-        .expect("run objdump");
-    assert!(out.status.success(), "objdump -d {}", program.display());
+    let text = objdump("-d", program);
     let mut section = String::new();
     let mut stubs = HashMap::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
+    for line in text.lines() {
         if let Some(s) = line.strip_prefix("Disassembly of section ") {
             section = s.trim_end_matches(':').to_string();
         } else if let Some((addr, label)) = line.split_once(" <")
