@@ -246,6 +246,10 @@ static void promises(void)
           (unsigned long long)t.lost, user_ms);
     CHECK("Lost records sum to Lost", stats.Lost == t.lost && stats.Samples == t.samples, "%llu/%llu",
           (unsigned long long)stats.Lost, (unsigned long long)t.lost);
+    /* One thread on a few processors: one event per thread and processor (the processor-wide layout is for
+     * thousands of threads). */
+    CHECK("EventMode names the layout", stats.EventMode == NTPROFILE_EVENTS_THREAD_CPU, "EventMode %lu",
+          (unsigned long)stats.EventMode);
     EXPECT("NtClose", NtClose(h), STATUS_SUCCESS);
 
     printf("-- a waiting read blocks nobody, and NtClose ends it\n");

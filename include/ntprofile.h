@@ -677,7 +677,9 @@ typedef struct _NTPROFILE_SAMPLER_STATISTICS {
     ULONGLONG Throttled;      /* throttle records */
     ULONGLONG Unthrottled;    /* unthrottle records */
     ULONG TargetsExited;      /* 1 when every target process (and, with INHERIT, its descendants) has exited */
-    ULONG Reserved;
+    ULONG EventMode;          /* the layout of its events, NTPROFILE_EVENTS_*: THREAD_CPU (processes), CPU_FILTERED
+                                 (processes, privileged, threads x processors above 1,024: one event per processor
+                                 for every task, only the targets' records delivered), CPU (global) */
 } NTPROFILE_SAMPLER_STATISTICS, *PNTPROFILE_SAMPLER_STATISTICS;
 
 /* NtprofileCreateSampler -- open a sampler's events, disabled, and write its handle. The checks, in the order

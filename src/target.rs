@@ -55,6 +55,11 @@ impl ProcessRef {
         sys::pidfd_exited_within(self.pidfd.as_fd(), 0)
     }
 
+    /// The pidfd (readable once the process has exited), for a wait set.
+    pub fn pidfd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.pidfd.as_fd()
+    }
+
     /// Wait up to `ms` milliseconds for the process to finish exiting; true once it has.
     pub fn exited_within(&self, ms: u16) -> bool {
         sys::pidfd_exited_within(self.pidfd.as_fd(), ms)

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ntprofile::{NtStatus, Profile, ProfileSource, Sampler};
+use ntprofile::{EventUsage, NtStatus, Profile, ProfileSource, Sampler};
 
 const HELPER_ENV: &str = "NTPROFILE_MANY_THREADS_HELPER";
 
@@ -72,56 +72,20 @@ fn helper() {
         nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
     println!("RESULT soft {soft}");
     println!("RESULT hard {hard}");
-    if what == "other" {
-        other_process(threads, busy);
-    } else if what == "sampler" {
-        let t = Instant::now();
-        let built = Sampler::builder().build();
-        println!("RESULT start_ms {}", t.elapsed().as_millis());
-        match built {
-            Ok(s) => println!("RESULT status 0x0 {s:?}"),
-            Err(e) => println!("RESULT status {:#x} {e}", e.status().as_u32()),
-        }
-    } else {
-        ntprofile::set_interval(ProfileSource::Time, 10_000); // 1 ms
-        let profile = Profile::builder()
-            .range(0x1000, 0x7fff_ffff_0000)
-            .bucket_size(31)
-            .source(ProfileSource::Time)
-            .build()
-            .expect("create");
-        let cpu0 = cpu();
-        let t = Instant::now();
-        let started = profile.start();
-        let start_ms = t.elapsed().as_millis();
-        let cpu1 = cpu();
-        println!("RESULT start_ms {start_ms}");
-        match started {
-            Err(e) => println!("RESULT status {:#x} {e}", e.status().as_u32()),
-            Ok(()) => {
-                let u = profile.event_usage().expect("usage of a started profile");
-                println!("RESULT status 0x0");
-                println!("RESULT mode {}", u.mode.name());
-                println!("RESULT descriptors {}", u.descriptors);
-                // Sample until the observed threads ran 500 ms (however loaded the machine), 30 s at most.
-                let t = Instant::now();
-                while cpu() - cpu1 < 500_000_000 && t.elapsed() < Duration::from_secs(30) {
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                let cpu2 = cpu();
-                let t = Instant::now();
-                profile.stop().expect("stop");
-                println!("RESULT stop_ms {}", t.elapsed().as_millis());
-                let cpu3 = cpu();
-                let s = profile.stats();
-                println!("RESULT samples {}", s.counted + s.outside + s.lost);
-                println!("RESULT lost {}", s.lost);
-                // Sampling ran at least from the end of the start to the stop, at most from before the start
-                // to the end of the stop.
-                println!("RESULT inner_ms {}", (cpu2 - cpu1) / 1_000_000);
-                println!("RESULT outer_ms {}", (cpu3 - cpu0) / 1_000_000);
+    match what.as_str() {
+        "other" => other_process(threads, busy, "profile"),
+        "sampler-other" => other_process(threads, busy, "sampler"),
+        "sampler-build" => {
+            // Only the build (the exhaustion cases).
+            let t = Instant::now();
+            let built = Sampler::builder().build();
+            println!("RESULT start_ms {}", t.elapsed().as_millis());
+            match built {
+                Ok(s) => println!("RESULT status 0x0 {s:?}"),
+                Err(e) => println!("RESULT status {:#x} {e}", e.status().as_u32()),
             }
         }
+        kind => measure(kind, None, &cpu),
     }
     stop.store(true, Ordering::Release);
     for w in workers {
@@ -130,9 +94,109 @@ fn helper() {
     }
 }
 
-/// The helper's `other` case: a target process (this binary again, `target`) with `threads` threads, `busy`
-/// of them spinning, profiled through its pid; the same `RESULT` lines as for this process.
-fn other_process(threads: usize, busy: usize) {
+/// Start a profile (`kind` "profile") or a sampler ("sampler") of `process` (`None`: this process) at 1 ms,
+/// sample until the observed threads ran 500 ms of CPU time (`cpu`, however loaded the machine; 30 s at most),
+/// stop, and print the `RESULT` lines: status, layout, descriptors, start and stop times, the samples taken of
+/// the target (a sampler's: those of its process; lost ones included) and the CPU time between the inner and
+/// outer bounds of the sampling.
+fn measure(kind: &str, process: Option<&ntprofile::Process>, cpu: &dyn Fn() -> u64) {
+    ntprofile::set_interval(ProfileSource::Time, 10_000); // 1 ms
+    let cpu0 = cpu();
+    let t = Instant::now();
+    let started: Result<(EventUsage, Recorder), ntprofile::Error> = if kind == "sampler" {
+        let b = Sampler::builder()
+            .source(ProfileSource::Time)
+            .interval(10_000);
+        let b = match process {
+            Some(p) => b.process(p),
+            None => b,
+        };
+        b.build().and_then(|s| {
+            s.enable()?;
+            Ok((s.event_usage(), Recorder::Sampler(Box::new(s))))
+        })
+    } else {
+        let b = Profile::builder()
+            .range(0x1000, 0x7fff_ffff_0000)
+            .bucket_size(31)
+            .source(ProfileSource::Time);
+        let b = match process {
+            Some(p) => b.process(p),
+            None => b,
+        };
+        let profile = b.build().expect("create");
+        profile.start().map(|()| {
+            let u = profile.event_usage().expect("usage of a started profile");
+            (u, Recorder::Profile(profile))
+        })
+    };
+    let start_ms = t.elapsed().as_millis();
+    let cpu1 = cpu();
+    println!("RESULT start_ms {start_ms}");
+    let (usage, mut recorder) = match started {
+        Err(e) => {
+            println!("RESULT status {:#x} {e}", e.status().as_u32());
+            return;
+        }
+        Ok(started) => started,
+    };
+    println!("RESULT status 0x0");
+    println!("RESULT mode {}", usage.mode.name());
+    println!("RESULT descriptors {}", usage.descriptors);
+    let pid = process.map_or(std::process::id(), ntprofile::Process::pid);
+    let (mut samples, mut lost) = (0u64, 0u64);
+    let mut read = |s: &mut Sampler| {
+        s.read(|r| match r {
+            ntprofile::SampleRecord::Sample(x) if x.pid == pid => samples += 1,
+            ntprofile::SampleRecord::Lost { lost: n, .. } => lost += n,
+            _ => {}
+        })
+        .expect("read");
+    };
+    let t = Instant::now();
+    while cpu() - cpu1 < 500_000_000 && t.elapsed() < Duration::from_secs(30) {
+        match &mut recorder {
+            Recorder::Sampler(s) => {
+                s.wait(Duration::from_millis(100)).expect("wait");
+                read(s);
+            }
+            Recorder::Profile(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    let cpu2 = cpu();
+    let t = Instant::now();
+    match &mut recorder {
+        Recorder::Sampler(s) => {
+            s.disable().expect("disable");
+            read(s);
+        }
+        Recorder::Profile(p) => {
+            p.stop().expect("stop");
+            let st = p.stats();
+            samples = st.counted + st.outside;
+            lost = st.lost;
+        }
+    }
+    println!("RESULT stop_ms {}", t.elapsed().as_millis());
+    let cpu3 = cpu();
+    println!("RESULT samples {}", samples + lost);
+    println!("RESULT lost {lost}");
+    // Sampling ran at least from the end of the start to the stop, at most from before the start to the end
+    // of the stop.
+    println!("RESULT inner_ms {}", (cpu2 - cpu1) / 1_000_000);
+    println!("RESULT outer_ms {}", (cpu3 - cpu0) / 1_000_000);
+}
+
+/// What [`measure`] started.
+enum Recorder {
+    Profile(Profile),
+    Sampler(Box<Sampler>),
+}
+
+/// The helper's `other` and `sampler-other` cases: a target process (this binary again, `target`) with
+/// `threads` threads, `busy` of them spinning, profiled or sampled (`kind`) through its pid; the same `RESULT`
+/// lines as for this process.
+fn other_process(threads: usize, busy: usize, kind: &str) {
     use std::io::BufRead;
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args([
@@ -175,42 +239,8 @@ fn other_process(threads: usize, busy: usize) {
         nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
     println!("RESULT soft {soft}");
     println!("RESULT hard {hard}");
-    ntprofile::set_interval(ProfileSource::Time, 10_000); // 1 ms
     let process = ntprofile::Process::open(pid).expect("open the target");
-    let profile = Profile::builder()
-        .range(0x1000, 0x7fff_ffff_0000)
-        .bucket_size(31)
-        .source(ProfileSource::Time)
-        .process(&process)
-        .build()
-        .expect("create");
-    let cpu0 = cpu();
-    let t = Instant::now();
-    let started = profile.start();
-    println!("RESULT start_ms {}", t.elapsed().as_millis());
-    let cpu1 = cpu();
-    match started {
-        Err(e) => println!("RESULT status {:#x} {e}", e.status().as_u32()),
-        Ok(()) => {
-            let u = profile.event_usage().expect("usage of a started profile");
-            println!("RESULT status 0x0");
-            println!("RESULT mode {}", u.mode.name());
-            println!("RESULT descriptors {}", u.descriptors);
-            // Sample until the observed threads ran 500 ms (however loaded the machine), 30 s at most.
-            let t = Instant::now();
-            while cpu() - cpu1 < 500_000_000 && t.elapsed() < Duration::from_secs(30) {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            let cpu2 = cpu();
-            profile.stop().expect("stop");
-            let cpu3 = cpu();
-            let s = profile.stats();
-            println!("RESULT samples {}", s.counted + s.outside + s.lost);
-            println!("RESULT lost {}", s.lost);
-            println!("RESULT inner_ms {}", (cpu2 - cpu1) / 1_000_000);
-            println!("RESULT outer_ms {}", (cpu3 - cpu0) / 1_000_000);
-        }
-    }
+    measure(kind, Some(&process), &cpu);
     drop(child.stdin.take());
     let _ = child.wait();
 }
@@ -356,12 +386,25 @@ fn two_thousand_threads_at_a_soft_limit_of_1024_start_in_each_layout() {
     }
 }
 
+/// A sampler of 2,000 threads (two of them busy), of this process and of another, at soft 1,024 / hard
+/// 20,000: as root one event per processor for every task, only the target's samples delivered
+/// (`cpu-filtered`), unprivileged (or forced) one event per thread and processor; each counts the busy
+/// threads' CPU time as a profile does.
 #[test]
-fn a_sampler_of_two_thousand_threads_opens_at_a_soft_limit_of_1024() {
+fn a_sampler_of_two_thousand_threads_counts_them_at_a_soft_limit_of_1024() {
     let _serial = common::serial();
-    for unprivileged in [false, true] {
-        let r = run("sampler", (1024, 20_000), 2000, 0, unprivileged, None);
-        assert!(r["status"].starts_with("0x0 Sampler"), "{r:?}");
+    let cases = [
+        ("sampler", false, None, "cpu-filtered"),
+        ("sampler", false, Some("thread-cpu"), "thread-cpu"),
+        ("sampler", true, None, "thread-cpu"),
+        ("sampler-other", false, None, "cpu-filtered"),
+        ("sampler-other", true, None, "thread-cpu"),
+    ];
+    for (what, unprivileged, forced, expected) in cases {
+        check_counts(
+            &run(what, (1024, 20_000), 2000, 2, unprivileged, forced),
+            expected,
+        );
     }
 }
 
@@ -386,13 +429,23 @@ fn true_exhaustion_fails_fast_and_names_the_limit() {
         }
         let ms: u64 = r["start_ms"].parse().unwrap();
         assert!(ms < 500, "failing took {ms} ms");
-        // The same for a sampler of the process.
-        let r = run("sampler", nofile, 2000, 0, unprivileged, None);
+        // The same for a sampler of the process (as root, a hard limit that leaves too few descriptors for one
+        // event per processor and the few it keeps to spare).
+        let nofile = if unprivileged { nofile } else { (16, 16) };
+        let r = run("sampler-build", nofile, 2000, 0, unprivileged, None);
         assert!(r["status"].starts_with(&insufficient), "{r:?}");
         assert!(r["status"].contains("ulimit -Hn"), "{r:?}");
+        let cpus = ntprofile::affinity::online_cpus().len();
+        if !unprivileged {
+            let filtered = format!("{cpus} descriptors (cpu-filtered");
+            assert!(r["status"].contains(&filtered), "{r:?}");
+        }
         let ms: u64 = r["start_ms"].parse().unwrap();
         assert!(ms < 500, "the sampler's failure took {ms} ms");
     }
+    // As root, 32 descriptors hold a sampler's processor-wide filtered events.
+    let r = run("sampler-build", (32, 32), 2000, 0, false, None);
+    assert!(r["status"].starts_with("0x0 Sampler"), "{r:?}");
     // As root, 1,500 descriptors hold the processor-wide filtered events of 2,000 threads.
     let r = run("profile", (1024, 1500), 2000, 0, false, None);
     assert_eq!(r["status"], "0x0", "{r:?}");

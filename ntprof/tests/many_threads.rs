@@ -1,6 +1,8 @@
 //! `ntprof attach` to a running process of 2,000 threads at the usual descriptor limits (soft 1,024, hard
-//! 20,000), as root and without privilege: the recording opens (the soft limit is raised to the hard one), its
-//! report names the event layout with its descriptors and rings, and the spinning thread is sampled.
+//! 20,000), as root and without privilege: the recording opens (as root with one event per processor for every
+//! task, the target's samples kept; unprivileged with one per thread and processor, the soft limit raised to
+//! the hard one), its report names the event layout with its descriptors and rings, and the spinning thread is
+//! sampled.
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
@@ -64,10 +66,16 @@ fn attach_to_two_thousand_threads_at_a_soft_limit_of_1024() {
         let _ = child.wait();
         let r: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
         let events = &r["run"]["events"];
-        assert_eq!(events["mode"], "thread-cpu", "{events}");
-        // One event per thread and processor, one ring per processor.
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-        assert!(u(&events["descriptors"]) >= 2000 * cpus.min(2), "{events}");
+        if unprivileged || !is_root() {
+            // One event per thread and processor, one ring per processor.
+            assert_eq!(events["mode"], "thread-cpu", "{events}");
+            assert!(u(&events["descriptors"]) >= 2000 * cpus.min(2), "{events}");
+        } else {
+            // One event per processor for every task, the target's samples kept.
+            assert_eq!(events["mode"], "cpu-filtered", "{events}");
+            assert_eq!(u(&events["descriptors"]), cpus, "{events}");
+        }
         assert!(u(&events["rings"]) >= 1, "{events}");
         let samples: u64 = r["sources"]
             .as_array()

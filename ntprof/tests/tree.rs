@@ -56,16 +56,50 @@ fn path(name: &str) -> String {
 }
 
 fn ntprof(args: &[&str]) -> Output {
+    ntprof_events(args, None)
+}
+
+/// `ntprof ARGS` with `NTPROFILE_EVENTS` set to `layout` (or unset).
+fn ntprof_events(args: &[&str], layout: Option<&str>) -> Output {
     let mut c = Command::new(NTPROF);
     c.args(args);
+    match layout {
+        Some(l) => c.env("NTPROFILE_EVENTS", l),
+        None => c.env_remove("NTPROFILE_EVENTS"),
+    };
     common::run_bounded(c, Duration::from_secs(120))
 }
 
 /// `ntprof record -q -i 5000 --format json ARGS`: a quiet run sampled every 0.5 ms, its JSON report on stdout.
 fn record_json(args: &[&str]) -> Output {
+    record_json_events(args, None)
+}
+
+fn record_json_events(args: &[&str], layout: Option<&str>) -> Output {
     let mut all = vec!["record", "-q", "-i", "5000", "--format", "json"];
     all.extend_from_slice(args);
-    ntprof(&all)
+    ntprof_events(&all, layout)
+}
+
+/// A process that burns CPU beside a recording until it is dropped (killed and reaped).
+struct Bystander(std::process::Child);
+
+impl Bystander {
+    fn start() -> Bystander {
+        Bystander(
+            Command::new("sh")
+                .args(["-c", "while :; do :; done"])
+                .spawn()
+                .unwrap(),
+        )
+    }
+}
+
+impl Drop for Bystander {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// The JSON report on stdout of a run that exited with 0.
@@ -117,6 +151,34 @@ fn roles(out: &Output) -> Vec<(u32, String)> {
 
 #[test]
 fn a_designed_process_tree_has_every_share_and_every_process() {
+    designed_tree(None, "tree.json");
+}
+
+/// The same tree with processor-wide events for every task, of which only the tree's records are kept (the
+/// layout a privileged recorder takes for thousands of threads): the tree is followed from the kernel's fork
+/// records, with every share and every process as above, while another process burns CPU beside it and is
+/// never counted. Without the privilege, forcing the layout fails and says why.
+#[test]
+fn a_designed_process_tree_is_followed_the_same_with_processor_wide_filtered_events() {
+    if !common::is_root() {
+        let out = record_json_events(&["--", "true"], Some("cpu-filtered"));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{err}");
+        assert!(
+            err.contains("NTPROFILE_EVENTS forces cpu-filtered"),
+            "{err}"
+        );
+        return;
+    }
+    let bystander = Bystander::start();
+    let r = designed_tree(Some("cpu-filtered"), "tree-filtered.json");
+    drop(bystander);
+    assert_eq!(r["run"]["events"]["mode"], "cpu-filtered", "{}", r["run"]);
+}
+
+/// Record the designed tree with `NTPROFILE_EVENTS` set to `layout` (or unset), check every share and every
+/// process, and return the JSON report.
+fn designed_tree(layout: Option<&str>, json_name: &str) -> Value {
     // A shell runs `workers` (which forks three workers, each burning its own function, and burns in
     // parent_hot itself), then execs `second`. Designed CPU seconds: 0.4 + 0.2 + 0.3 + 0.5 + 0.6 = 2.0.
     let script = format!(
@@ -124,15 +186,18 @@ fn a_designed_process_tree_has_every_share_and_every_process() {
         path("workers"),
         path("second")
     );
-    let json_file = dir().join("tree.json");
-    let out = record_json(&[
-        "--json",
-        json_file.to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        &script,
-    ]);
+    let json_file = dir().join(json_name);
+    let out = record_json_events(
+        &[
+            "--json",
+            json_file.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        layout,
+    );
     let r = json(&out);
     let s = timer(&r);
     for (name, seconds) in [
@@ -199,6 +264,7 @@ fn a_designed_process_tree_has_every_share_and_every_process() {
         summary.contains("sh → second") && summary.contains("5 processes"),
         "{summary}"
     );
+    r
 }
 
 #[test]
@@ -303,6 +369,22 @@ fn an_empty_profile_says_the_command_slept() {
 
 #[test]
 fn attach_follows_the_processes_started_while_attached() {
+    attach_follows(None);
+}
+
+/// The same with processor-wide filtered events (root), while another process burns CPU beside it.
+#[test]
+fn attach_follows_the_processes_started_while_attached_with_processor_wide_filtered_events() {
+    if !common::is_root() {
+        return; // the refusal without the privilege: see the designed tree's test
+    }
+    let bystander = Bystander::start();
+    let r = attach_follows(Some("cpu-filtered"));
+    drop(bystander);
+    assert_eq!(r["run"]["events"]["mode"], "cpu-filtered", "{}", r["run"]);
+}
+
+fn attach_follows(layout: Option<&str>) -> Value {
     let script = format!("sleep 0.5; {} 0.3 0.3 0.3 0.3", path("workers"));
     let mut shell = Command::new("sh")
         .args(["-c", &script])
@@ -311,16 +393,19 @@ fn attach_follows_the_processes_started_while_attached() {
         .unwrap();
     std::thread::sleep(Duration::from_millis(100));
     let pid = shell.id().to_string();
-    let out = ntprof(&[
-        "attach",
-        "-q",
-        "--pid",
-        &pid,
-        "--format",
-        "json",
-        "--duration",
-        "20",
-    ]);
+    let out = ntprof_events(
+        &[
+            "attach",
+            "-q",
+            "--pid",
+            &pid,
+            "--format",
+            "json",
+            "--duration",
+            "20",
+        ],
+        layout,
+    );
     let _ = shell.wait();
     let r = json(&out);
     assert_eq!(r["run"]["ended_by"], "process-exited");
@@ -343,6 +428,7 @@ fn attach_follows_the_processes_started_while_attached() {
         "{procs:?}"
     );
     assert_eq!(u(&s["stats"]["outside"]), 0);
+    r
 }
 
 #[test]

@@ -114,6 +114,11 @@ impl Process {
         self.inner.exited_within(ms)
     }
 
+    /// The pidfd (readable once the process has exited).
+    pub(crate) fn pidfd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.inner.pidfd()
+    }
+
     /// The shared internal reference (the same object a C process handle holds).
     pub(super) fn inner(&self) -> &Arc<ProcessRef> {
         &self.inner

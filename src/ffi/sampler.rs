@@ -299,7 +299,7 @@ pub extern "C" fn NtprofileQuerySamplerStatistics(
                 throttled: s.throttled,
                 unthrottled: s.unthrottled,
                 targets_exited: u32::from(c.sampler.targets_exited()),
-                reserved: 0,
+                event_mode: c.sampler.event_usage().mode.code(),
             };
             Ok(())
         })?;
@@ -317,6 +317,7 @@ pub extern "C" fn NtprofileQuerySamplerStatistics(
             bytes[i * 8..i * 8 + 8].copy_from_slice(&v.to_ne_bytes());
         }
         bytes[40..44].copy_from_slice(&out.targets_exited.to_ne_bytes());
+        bytes[44..48].copy_from_slice(&out.event_mode.to_ne_bytes());
         probe::write_bytes(addr, &bytes)
     })
 }

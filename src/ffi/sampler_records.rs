@@ -188,8 +188,8 @@ pub struct SamplerStatistics {
     pub unthrottled: u64,
     /// 1 when every target exited.
     pub targets_exited: u32,
-    /// 0.
-    pub reserved: u32,
+    /// The layout of its events (`NTPROFILE_EVENTS_*`).
+    pub event_mode: u32,
 }
 
 /// `PNTPROFILE_RECORD_ROUTINE`.

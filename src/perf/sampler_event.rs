@@ -34,6 +34,9 @@ pub struct SamplerEventParams {
     pub inherit_thread: bool,
     /// Side-band records: `mmap`, `mmap2`, `comm`, `comm_exec`, `task`.
     pub sideband: bool,
+    /// `task` alone (fork and exit records), without the rest of the side-band: a sampler that follows a
+    /// process tree from the fork records itself (`cpu-filtered`).
+    pub task: bool,
     /// `PERF_SAMPLE_CALLCHAIN` with `sample_max_stack` frames (0: no call chain).
     pub max_stack: u16,
     /// `PERF_SAMPLE_STACK_USER` of this many bytes (a multiple of 8; 0: none), which needs `regs`.
@@ -177,7 +180,7 @@ pub fn open_sampler_event(
     attr.set_mmap2(sideband);
     attr.set_comm(sideband);
     attr.set_comm_exec(sideband);
-    attr.set_task(sideband);
+    attr.set_task(sideband | u64::from(params.task));
     attr.set_context_switch(u64::from(params.context_switch));
     let counter = builder.build().map_err(|e| errno_of(&e))?;
     let raw = counter.into_raw_fd();

@@ -5,6 +5,7 @@
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 
+use super::follow::Follow;
 use super::lost::RingLost;
 use super::open::{Opener, Target, shortage, watermark_for};
 use super::wait::WaitSet;
@@ -12,6 +13,7 @@ use super::{CpuRing, Sampler, SamplerBuilder, SamplerWaker, TargetSpec};
 use crate::affinity::{CpuSet, online_cpus};
 use crate::api::Process;
 use crate::engine::ThreadsPin;
+use crate::engine::mode::EventMode;
 use crate::error::Error;
 use crate::perf::PerfEventSpec;
 use crate::perf::proc;
@@ -43,11 +45,43 @@ pub(super) fn build(b: SamplerBuilder) -> Result<Sampler, Error> {
     let (interval, params, pages) = event_params(&b, spec, stack_user);
     let mut opener = Opener::new(params, &cpus, &online_cpus(), pages, min_pages(&params));
     opener.chosen_wakeup = b.wakeup_bytes;
-    let processes = opener.open_all(b.global, targets, &own)?;
+    let mode = opener.choose_layout(b.global, &targets, &own)?;
+    let filtered = mode == EventMode::CpuFiltered;
+    if filtered {
+        // Events for every task of a processor: nothing to inherit, the tree is followed from the fork records,
+        // which are read from every online processor (a process may fork where no sample is taken).
+        let params = SamplerEventParams {
+            inherit: false,
+            inherit_thread: false,
+            task: true,
+            ..opener.params
+        };
+        opener = Opener::new(params, &cpus, &online_cpus(), pages, min_pages(&params));
+        opener.chosen_wakeup = b.wakeup_bytes;
+    }
+    let current = targets.iter().any(|t| matches!(t, Target::Current));
+    let processes = opener.open_all(mode, targets, &own)?;
     let raw: Vec<RawFd> = opener.fds.iter().map(AsRawFd::as_raw_fd).collect();
-    let waits = WaitSet::new(raw.clone(), !b.global)
+    // A cpu-filtered sampler's events never hang up: the targets' pidfds tell their exits.
+    let exits: Vec<RawFd> = if filtered {
+        processes.iter().map(|p| p.pidfd().as_raw_fd()).collect()
+    } else {
+        Vec::new()
+    };
+    let waits = WaitSet::new(raw.clone(), mode == EventMode::ThreadCpu, &exits)
         .map_err(|e| shortage(e, "the epoll set of the sampler's events"))?;
     let format = sampler_event::format_of(&opener.params);
+    let follow = filtered.then(|| {
+        let own: Vec<u32> = own.iter().map(|t| t.0 as u32).collect();
+        Follow::new(
+            &processes,
+            current.then_some(me),
+            &own,
+            b.inherit,
+            b.sideband,
+            format,
+        )
+    });
     let watermark = opener.params.wakeup_watermark as u64;
     let rings = std::mem::take(&mut opener.rings)
         .into_iter()
@@ -70,7 +104,8 @@ pub(super) fn build(b: SamplerBuilder) -> Result<Sampler, Error> {
         rings,
         waits: SamplerWaker(Arc::new(waits)),
         pages: opener.pages,
-        global: b.global,
+        mode,
+        follow,
         events_count_lost: opener.params.read_lost,
         scratch: vec![0u64; Ring::MAX_RECORD_WORDS].into_boxed_slice(),
         format,
@@ -217,6 +252,7 @@ fn placeholder_params() -> SamplerEventParams {
         inherit: false,
         inherit_thread: false,
         sideband: false,
+        task: false,
         max_stack: 0,
         stack_user: 0,
         wakeup_watermark: 0,
@@ -353,6 +389,7 @@ fn event_params(
         inherit: !b.global,
         inherit_thread: !b.inherit,
         sideband: b.sideband,
+        task: false,
         max_stack: max_stack_of(b),
         stack_user,
         wakeup_watermark: b.wakeup_bytes.unwrap_or_else(|| watermark_for(pages)),

@@ -42,8 +42,14 @@
 //! For each target process, one event per (thread × CPU), with `inherit` (and, with `inherit(false)`,
 //! `inherit_thread`, so that only new threads are followed, not new processes); the first event of each CPU
 //! owns that CPU's ring and the others write into it (`PERF_EVENT_IOC_SET_OUTPUT`). Threads created while the
-//! events open are caught by scanning again until the thread list is stable (as the engine does). A global
-//! sampler opens one event per CPU for every task. Samples carry `IP|TID|TIME|CPU` (+`CALLCHAIN`,
+//! events open are caught by scanning again until the thread list is stable (as the engine does). This is the
+//! `thread-cpu` layout. A caller who may observe every task (CAP_PERFMON, CAP_SYS_ADMIN, or
+//! `kernel.perf_event_paranoid` 0 or less) gets the `cpu-filtered` layout instead once (thread × CPU) events
+//! would need more than 1,024 descriptors or more than the hard limit leaves: one event per CPU for every task,
+//! of which only the targets' records are delivered, the tree followed from the kernel's fork records (a
+//! child's records read before its fork record are held back for up to two reads; see `follow`).
+//! `NTPROFILE_EVENTS=thread-cpu` or `cpu-filtered` forces one. A global sampler opens one event per CPU for
+//! every task (`cpu`). [`Sampler::event_usage`] tells which. Samples carry `IP|TID|TIME|CPU` (+`CALLCHAIN`,
 //! +`REGS_USER|STACK_USER`); every record carries pid, tid, time and CPU (`sample_id_all`); times are
 //! `CLOCK_MONOTONIC` nanoseconds ([`sampler_clock_ns`]). A source the kernel samples in its own code (context
 //! switches, CPU migrations) also takes kernel samples with `REGS_USER`, and a user-space sampler reports each
@@ -70,6 +76,7 @@
 mod blocked;
 mod build;
 mod builder;
+mod follow;
 mod lost;
 mod open;
 mod thread_state;
@@ -130,8 +137,11 @@ pub struct Sampler {
     waits: SamplerWaker,
     /// Data pages of each ring.
     pages: usize,
-    /// A global sampler (one event per processor for every task).
-    global: bool,
+    /// The layout of the events: `thread-cpu` (processes), `cpu-filtered` (processes, privileged, many
+    /// threads) or `cpu` (global).
+    mode: crate::engine::mode::EventMode,
+    /// A `cpu-filtered` sampler's followed processes and the records held for their fork records.
+    follow: Option<follow::Follow>,
     /// The events count the records they could not write (`PERF_FORMAT_LOST`): lost counts are exact.
     events_count_lost: bool,
     /// Where a record that wraps round a ring's end is copied.
@@ -257,7 +267,7 @@ impl Sampler {
     /// `STATUS_INVALID_HANDLE` in a `fork()`ed child.
     pub(crate) fn prepare_wait(&self) -> Result<Option<SamplerWaker>, Error> {
         self.check_owner()?;
-        if self.waits.0.all_hung_up() || self.ring_ready() {
+        if self.waits.0.all_hung_up() || self.follow_exited() || self.ring_ready() {
             return Ok(None);
         }
         Ok(Some(self.waits.clone()))
@@ -297,9 +307,11 @@ impl Sampler {
             format,
             stats,
             events_count_lost,
+            follow,
             ..
         } = self;
         let mut delivered = 0usize;
+        let generation = sys::fork_generation();
         for r in rings.iter_mut() {
             let CpuRing { ring, lost, .. } = r;
             let mut saw_lost = false;
@@ -315,6 +327,16 @@ impl Sampler {
                     }
                     Some(record) => record,
                 };
+                if let Some(follow) = follow.as_mut() {
+                    match follow.decide(&record) {
+                        follow::Verdict::Deliver => {}
+                        follow::Verdict::Hold => {
+                            follow.hold(words);
+                            return ControlFlow::Continue(());
+                        }
+                        follow::Verdict::Drop => return ControlFlow::Continue(()),
+                    }
+                }
                 count(stats, &record);
                 delivered += 1;
                 f(&record);
@@ -340,6 +362,18 @@ impl Sampler {
                 }
             }
         }
+        // The records held for a fork record not read yet, now that every ring was read once.
+        if let Some(follow) = follow.as_mut() {
+            let finished = follow.end_pass(|record| {
+                count(stats, record);
+                delivered += 1;
+                f(record);
+                sys::fork_generation() == generation
+            });
+            if !finished {
+                return Err(forked());
+            }
+        }
         Ok(delivered)
     }
 
@@ -358,21 +392,23 @@ impl Sampler {
         self.source
     }
 
-    /// The sampler's perf events: their layout (one event per thread and processor for processes, one per
-    /// processor for a global sampler), descriptors, rings and the bytes of their mappings. `threads` is the
-    /// number of events per ring (the threads observed directly, of all target processes together).
+    /// The sampler's perf events: their layout (`thread-cpu`: one event per thread and processor; `cpu-filtered`:
+    /// one per processor for every task, of which the targets' records are delivered; `cpu`: a global sampler),
+    /// descriptors (with, for `cpu-filtered`, the pidfds of the children it follows), rings and the bytes of
+    /// their mappings. `threads` is the number of events per ring for `thread-cpu` (the threads observed
+    /// directly, of all target processes together), the processes followed now for `cpu-filtered`.
     pub fn event_usage(&self) -> crate::engine::mode::EventUsage {
         let rings = self.rings.len();
         crate::engine::mode::EventUsage {
-            mode: if self.global {
-                crate::engine::mode::EventMode::Cpu
-            } else {
-                crate::engine::mode::EventMode::ThreadCpu
-            },
-            descriptors: self.fds.len(),
+            mode: self.mode,
+            descriptors: self.fds.len()
+                + self.follow.as_ref().map_or(0, follow::Follow::descriptors),
             rings,
             ring_bytes: rings * (self.pages + 1) * crate::perf::ring::page_size(),
-            threads: self.fds.len().checked_div(rings).unwrap_or(0),
+            threads: match &self.follow {
+                Some(f) => f.processes(),
+                None => self.fds.len().checked_div(rings).unwrap_or(0),
+            },
         }
     }
 
@@ -383,13 +419,26 @@ impl Sampler {
     }
 
     /// True when every target process (and, with [`inherit`](SamplerBuilder::inherit), every process they
-    /// created) has exited: every event reported hang-up. Never true for a global sampler. Records written
+    /// created) has exited: every event reported hang-up (`thread-cpu`), or every followed process's pidfd
+    /// polls readable (`cpu-filtered`). Never true for a global sampler, nor for a sampler of the calling
+    /// process. Records written
     /// before the exits stay readable: read once more after this turns true.
     pub fn targets_exited(&self) -> bool {
-        if self.owner != std::process::id() || !self.waits.0.all_hung_up() && !self.poll_exits() {
+        if self.owner != std::process::id() {
+            return false;
+        }
+        if self.follow.is_some() {
+            return self.follow_exited();
+        }
+        if !self.waits.0.all_hung_up() && !self.poll_exits() {
             return false;
         }
         self.waits.0.all_hung_up()
+    }
+
+    /// A `cpu-filtered` sampler whose followed processes have all exited.
+    fn follow_exited(&self) -> bool {
+        self.follow.as_ref().is_some_and(follow::Follow::all_exited)
     }
 
     /// Take the hang-ups reported so far (without waiting); true when something changed.

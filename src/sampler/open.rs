@@ -10,6 +10,7 @@ use nix::errno::Errno;
 
 use crate::affinity::CpuSet;
 use crate::api::Process;
+use crate::engine::mode::{Budget, EventMode, THREAD_CPU_PREFERRED_UP_TO, forced_mode};
 use crate::error::Error;
 use crate::perf::event;
 use crate::perf::proc;
@@ -51,7 +52,12 @@ enum Who {
     Current,
     Other(u32),
     Global,
+    /// Every task of each processor, of which the targets' records are kept (`cpu-filtered`).
+    Filtered,
 }
+
+/// Descriptors kept free beside a sampler's events (the process's own needs, pidfds of followed children).
+const DESCRIPTORS_TO_SPARE: u64 = 16;
 
 /// Why opening stopped.
 enum Stop {
@@ -109,7 +115,7 @@ impl Opener {
         pages: usize,
         min_pages: usize,
     ) -> Opener {
-        let all: Vec<usize> = if params.sideband {
+        let all: Vec<usize> = if params.sideband || params.task {
             cpus.union(online).iter().collect()
         } else {
             cpus.iter().collect()
@@ -138,7 +144,7 @@ impl Opener {
     /// (the same size on every CPU), down to the smallest size the samples allow.
     pub(super) fn open_all(
         &mut self,
-        global: bool,
+        mode: EventMode,
         targets: Vec<Target>,
         own: &[Tid],
     ) -> Result<Vec<Process>, Error> {
@@ -147,7 +153,7 @@ impl Opener {
                 || watermark_for(self.pages),
                 |w| w.min(self.pages * page_size()),
             );
-            match self.try_open_all(global, &targets, own) {
+            match self.try_open_all(mode, &targets, own) {
                 Ok(()) => break,
                 Err(Stop::Fail(e)) => return Err(e),
                 Err(Stop::Shrink(errno)) => {
@@ -168,9 +174,88 @@ impl Opener {
             .collect())
     }
 
-    fn try_open_all(&mut self, global: bool, targets: &[Target], own: &[Tid]) -> Result<(), Stop> {
+    /// The layout of the events: one per processor for every task for a global sampler (`cpu`); for processes,
+    /// one per processor for every task with only the targets' records delivered (`cpu-filtered`) when the
+    /// caller may observe every task and one event per thread and processor would need more than
+    /// [`THREAD_CPU_PREFERRED_UP_TO`] descriptors or more than the hard limit leaves, else one per thread and
+    /// processor (`thread-cpu`). `NTPROFILE_EVENTS=thread-cpu` or `cpu-filtered` forces one of the two (a
+    /// forced `cpu-filtered` without the privilege fails); `per-thread` is a layout of profiles only, and a
+    /// sampler chooses as without it.
+    pub(super) fn choose_layout(
+        &self,
+        global: bool,
+        targets: &[Target],
+        own: &[Tid],
+    ) -> Result<EventMode, Error> {
         if global {
-            return self.observe(Tid::ALL_TASKS, Who::Global);
+            return Ok(EventMode::Cpu);
+        }
+        let budget = Budget::now();
+        match forced_mode() {
+            Some(EventMode::ThreadCpu) => return Ok(EventMode::ThreadCpu),
+            Some(EventMode::CpuFiltered) if budget.privileged => return Ok(EventMode::CpuFiltered),
+            Some(EventMode::CpuFiltered) => {
+                return Err(Error::new(
+                    NtStatus::PRIVILEGE_NOT_HELD,
+                    format!(
+                        "NTPROFILE_EVENTS forces cpu-filtered, which opens one event per processor for every \
+                         task: this process lacks the privilege (CAP_PERFMON or CAP_SYS_ADMIN, or \
+                         kernel.perf_event_paranoid 0 or less, is {}); unset NTPROFILE_EVENTS or grant the \
+                         capability",
+                        perf_event_paranoid()
+                    ),
+                ));
+            }
+            _ => {}
+        }
+        if !budget.privileged {
+            return Ok(EventMode::ThreadCpu);
+        }
+        let mut threads = 0u64;
+        for target in targets {
+            let scan = self::threads(target)?;
+            let skip = match target {
+                Target::Current => scan.iter().filter(|t| own.contains(t)).count(),
+                Target::Process(_) => 0,
+            };
+            threads += (scan.len() - skip) as u64;
+        }
+        let cpus = self.cpus.len() as u64;
+        let need = threads.saturating_mul(cpus);
+        if need <= THREAD_CPU_PREFERRED_UP_TO
+            && budget.open + need + DESCRIPTORS_TO_SPARE <= budget.hard
+        {
+            return Ok(EventMode::ThreadCpu);
+        }
+        if budget.open + cpus + DESCRIPTORS_TO_SPARE > budget.hard {
+            return Err(Error::new(
+                NtStatus::INSUFFICIENT_RESOURCES,
+                format!(
+                    "sampling {threads} threads on {cpus} processors needs {cpus} descriptors (cpu-filtered: one \
+                     event per processor) or {need} (thread-cpu: one per thread and processor), and {} to \
+                     spare, beside the {} open; RLIMIT_NOFILE is {}/{} (soft/hard): raise the hard limit \
+                     (ulimit -Hn, systemd LimitNOFILE=) to at least {}",
+                    DESCRIPTORS_TO_SPARE,
+                    budget.open,
+                    budget.soft,
+                    budget.hard,
+                    budget.open + cpus + DESCRIPTORS_TO_SPARE
+                ),
+            ));
+        }
+        Ok(EventMode::CpuFiltered)
+    }
+
+    fn try_open_all(
+        &mut self,
+        mode: EventMode,
+        targets: &[Target],
+        own: &[Tid],
+    ) -> Result<(), Stop> {
+        match mode {
+            EventMode::Cpu => return self.observe(Tid::ALL_TASKS, Who::Global),
+            EventMode::CpuFiltered => return self.observe(Tid::ALL_TASKS, Who::Filtered),
+            _ => {}
         }
         for target in targets {
             match target {
@@ -261,26 +346,28 @@ impl Opener {
     fn check_descriptors(&mut self, threads: usize, who: Who) -> Result<(), Stop> {
         let budget = crate::engine::mode::Budget::now();
         let need = (threads as u64).saturating_mul(self.cpus.len() as u64);
-        if budget.open + need + 16 > budget.hard {
+        if budget.open + need + DESCRIPTORS_TO_SPARE > budget.hard {
             let whom = match who {
                 Who::Other(pid) => format!("process {pid}"),
-                Who::Current | Who::Global => "this process".to_string(),
+                Who::Current | Who::Global | Who::Filtered => "this process".to_string(),
             };
             return Err(Stop::Fail(Error::new(
                 NtStatus::INSUFFICIENT_RESOURCES,
                 format!(
                     "sampling the {threads} threads of {whom} on {} processors needs {need} descriptors (one \
                      event per thread and processor) beside the {} open; RLIMIT_NOFILE is {}/{} (soft/hard): \
-                     raise the hard limit (ulimit -Hn, systemd LimitNOFILE=) to at least {}",
+                     raise the hard limit (ulimit -Hn, systemd LimitNOFILE=) to at least {}, or run with \
+                     CAP_PERFMON (or kernel.perf_event_paranoid 0 or less), with which the sampler opens one \
+                     event per processor (cpu-filtered)",
                     self.cpus.len(),
                     budget.open,
                     budget.soft,
                     budget.hard,
-                    budget.open + need + 16
+                    budget.open + need + DESCRIPTORS_TO_SPARE
                 ),
             )));
         }
-        if budget.open + need + 16 > budget.soft && sys::raise_nofile_limit() {
+        if budget.open + need + DESCRIPTORS_TO_SPARE > budget.soft && sys::raise_nofile_limit() {
             self.raised_nofile = true;
         }
         Ok(())
@@ -396,7 +483,7 @@ fn refusal(errno: Errno, who: Who, doing: &str) -> Error {
                      CAP_SYS_ADMIN, or ptrace access under kernel.yama.ptrace_scope"
                 ),
             ),
-            Who::Current | Who::Global => Error::new(
+            Who::Current | Who::Global | Who::Filtered => Error::new(
                 NtStatus::PRIVILEGE_NOT_HELD,
                 format!(
                     "the kernel refused the sampler's events ({text}; kernel.perf_event_paranoid is {}): run \

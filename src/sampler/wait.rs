@@ -34,8 +34,11 @@ pub(crate) enum WaitEnd {
 pub(super) struct WaitSet {
     epoll: Epoll,
     waker: Waker,
-    /// Every event descriptor, by token (owned by the sampler, which outlives every wait on them).
+    /// Every event descriptor, by token, then the pidfds of the target processes (a `cpu-filtered` sampler's:
+    /// its events never hang up), all owned by the sampler, which outlives every wait on them.
     fds: Vec<RawFd>,
+    /// How many of `fds` are events (the others are pidfds).
+    events: usize,
     /// Per descriptor: it reported `EPOLLHUP` (and left the epoll set).
     hup: Vec<AtomicBool>,
     /// How many descriptors hung up.
@@ -51,11 +54,16 @@ pub(super) struct WaitSet {
 }
 
 impl WaitSet {
-    /// The epoll set over `fds` (each with its index as token) and the eventfd.
-    pub(super) fn new(fds: Vec<RawFd>, per_task: bool) -> Result<WaitSet, Errno> {
+    /// The epoll set over the events `fds` and the pidfds `exits` (each with its index as token, the pidfds
+    /// after the events) and the eventfd. A pidfd that polls readable (its process exited) ends a wait as a
+    /// hang-up does, and leaves the set.
+    pub(super) fn new(fds: Vec<RawFd>, per_task: bool, exits: &[RawFd]) -> Result<WaitSet, Errno> {
         let epoll = Epoll::new()?;
         let waker = Waker::new()?;
         epoll.add(waker.fd_raw(), WAKER_TOKEN)?;
+        let events = fds.len();
+        let mut fds = fds;
+        fds.extend_from_slice(exits);
         for (i, &fd) in fds.iter().enumerate() {
             epoll.add(fd, i as u64)?;
         }
@@ -64,6 +72,7 @@ impl WaitSet {
             epoll,
             waker,
             fds,
+            events,
             hup,
             hung_up: AtomicUsize::new(0),
             per_task,
@@ -76,7 +85,7 @@ impl WaitSet {
     /// True when the events follow tasks and every one of them hung up.
     pub(super) fn all_hung_up(&self) -> bool {
         // Relaxed: a count, read to decide whether to wait; the flag swap in `poll` counts each descriptor once.
-        self.per_task && self.hung_up.load(Ordering::Relaxed) >= self.fds.len()
+        self.per_task && self.hung_up.load(Ordering::Relaxed) >= self.events
     }
 
     /// One epoll wait of up to `timeout_ms`: takes hung-up descriptors out of the set. Returns (a ring became
@@ -92,13 +101,15 @@ impl WaitSet {
                 continue;
             }
             let index = ev.u64 as usize;
-            if ev.events & sys::EPOLLHUP != 0 {
+            if ev.events & sys::EPOLLHUP != 0 || index >= self.events {
                 if let (Some(flag), Some(&fd)) = (self.hup.get(index), self.fds.get(index))
                     && !flag.swap(true, Ordering::Relaxed)
                 {
                     self.epoll.remove(fd);
-                    // Relaxed: see `all_hung_up`.
-                    self.hung_up.fetch_add(1, Ordering::Relaxed);
+                    if index < self.events {
+                        // Relaxed: see `all_hung_up`.
+                        self.hung_up.fetch_add(1, Ordering::Relaxed);
+                    }
                     hung = true;
                 }
             } else {

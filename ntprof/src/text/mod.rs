@@ -132,9 +132,16 @@ fn header(out: &mut String, report: &Report) {
     }
     out.push('\n');
     if let Some(e) = &run.events {
+        // What the layout costs where it is not plain from its name.
+        let meaning = match e.mode.as_str() {
+            "cpu-filtered" => {
+                " (one event per processor for every task, only the recorded processes' records kept)"
+            }
+            _ => "",
+        };
         let _ = writeln!(
             out,
-            "  perf events: {}, {} descriptors, {} rings ({} KiB)",
+            "  perf events: {}, {} descriptors, {} rings ({} KiB){meaning}",
             e.mode,
             e.descriptors,
             e.rings,

@@ -1,0 +1,487 @@
+//! The processes a `cpu-filtered` sampler follows: its events sample every task of their processors, and only
+//! the records of the target processes (and, with `inherit`, of every process they create afterwards) reach
+//! the caller.
+//!
+//! The tree is followed from the kernel's own fork records. A fork record is written into the ring of the
+//! processor where the parent ran, before the child first runs; the child's first records may be written into
+//! another processor's ring, which one pass may read before the fork record is there. So a record of a process
+//! not known yet is not dropped at once: it is copied aside and decided at the end of the pass (after every
+//! ring was read once), and if its process is still unknown, once more at the end of the next pass. By then
+//! every fork record written before it has been read: each ring is read again after the end of the pass that
+//! found it. Then it is dropped (another process's) or delivered (its fork record made it a follower).
+//!
+//! A followed process leaves when it has exited (its pidfd polls readable), two passes after the pass that saw
+//! it: the records it wrote before exiting are read by then, and so are those of its children held for their
+//! fork record. Until then a new process that got its pid would be followed as well; the kernel hands a pid
+//! out again only after going round the whole pid range.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, OwnedFd};
+
+use crate::api::Process;
+use crate::perf::records::SampleRecord;
+use crate::perf::sampler_decode::decode_record;
+use crate::perf::sampler_event::SampleFormat;
+use crate::perf::sys;
+
+/// What to do with one record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Verdict {
+    /// A followed process's, or no process's (lost, throttle): hand it to the caller.
+    Deliver,
+    /// A process not known (yet): keep it aside until its fork record may have been read.
+    Hold,
+    /// The library's own threads (a sampler of the calling process): never delivered.
+    Drop,
+}
+
+/// How a followed process's exit is seen.
+enum Liveness {
+    /// The calling process: it does not exit while its sampler lives.
+    Current,
+    /// A target, opened by the caller (its pidfd).
+    Target(Process),
+    /// A child found by its fork record: its pidfd, or `None` when none could be opened (no descriptor left),
+    /// and then its `/proc` entry.
+    Child(Option<OwnedFd>),
+}
+
+struct Followed {
+    liveness: Liveness,
+    /// The pass that found it exited.
+    gone_at: Option<u64>,
+}
+
+impl Followed {
+    fn exited(&self, pid: u32) -> bool {
+        match &self.liveness {
+            Liveness::Current => false,
+            Liveness::Target(p) => p.has_exited(),
+            Liveness::Child(Some(fd)) => sys::pidfd_exited_within(fd.as_fd(), 0),
+            Liveness::Child(None) => !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        }
+    }
+}
+
+/// Records copied aside: their words, one after the other.
+#[derive(Default)]
+struct Held {
+    words: Vec<u64>,
+    /// Per record: its first word in `words` and its length in words.
+    spans: Vec<(usize, usize)>,
+}
+
+impl Held {
+    fn push(&mut self, record: &[u64]) {
+        self.spans.push((self.words.len(), record.len()));
+        self.words.extend_from_slice(record);
+    }
+
+    fn clear(&mut self) {
+        self.words.clear();
+        self.spans.clear();
+    }
+
+    fn record(&self, i: usize) -> &[u64] {
+        let (start, len) = self.spans[i];
+        &self.words[start..start + len]
+    }
+}
+
+/// The followed processes and the records held for their fork records.
+pub(super) struct Follow {
+    procs: HashMap<u32, Followed>,
+    /// Processes created by a followed one are followed (`inherit`).
+    children: bool,
+    /// The caller asked for side-band records: fork and exit records are delivered (else they serve the
+    /// following only).
+    sideband: bool,
+    /// The calling process, when it is a target, and the library's threads in it (never delivered).
+    me: Option<u32>,
+    own: Vec<u32>,
+    /// Held by the previous pass (decided for good at the end of this one) and by this pass.
+    older: Held,
+    newer: Held,
+    /// Per held record (older, then newer) at the end of a pass: delivered already.
+    done: Vec<bool>,
+    pass: u64,
+    format: SampleFormat,
+}
+
+impl Follow {
+    /// Following `targets` (the calling process `me` among them when it is one, without its threads `own`);
+    /// `children`: the processes they create too; `sideband`: the caller takes fork and exit records.
+    pub(super) fn new(
+        targets: &[Process],
+        me: Option<u32>,
+        own: &[u32],
+        children: bool,
+        sideband: bool,
+        format: SampleFormat,
+    ) -> Follow {
+        let mut procs = HashMap::new();
+        for p in targets {
+            procs.insert(
+                p.pid(),
+                Followed {
+                    liveness: Liveness::Target(p.clone()),
+                    gone_at: None,
+                },
+            );
+        }
+        if let Some(pid) = me {
+            procs.insert(
+                pid,
+                Followed {
+                    liveness: Liveness::Current,
+                    gone_at: None,
+                },
+            );
+        }
+        Follow {
+            procs,
+            children,
+            sideband,
+            me,
+            own: own.to_vec(),
+            older: Held::default(),
+            newer: Held::default(),
+            done: Vec::new(),
+            pass: 0,
+            format,
+        }
+    }
+
+    /// The processes followed now (exited ones included until they leave).
+    pub(super) fn processes(&self) -> usize {
+        self.procs.len()
+    }
+
+    /// Descriptors held for followed children (their pidfds).
+    pub(super) fn descriptors(&self) -> usize {
+        self.procs
+            .values()
+            .filter(|p| matches!(p.liveness, Liveness::Child(Some(_))))
+            .count()
+    }
+
+    /// True when every followed process has exited (never for a sampler of the calling process).
+    pub(super) fn all_exited(&self) -> bool {
+        self.procs
+            .iter()
+            .all(|(&pid, p)| p.gone_at.is_some() || p.exited(pid))
+    }
+
+    /// The verdict on `record`, as it is read from its ring. A fork record of a followed process's child makes
+    /// the child followed (with `children`).
+    pub(super) fn decide(&mut self, record: &SampleRecord<'_>) -> Verdict {
+        let (pid, tid) = match *record {
+            SampleRecord::Sample(ref s) => (s.pid, Some(s.tid)),
+            SampleRecord::Switch { pid, tid, .. } => (pid, Some(tid)),
+            SampleRecord::Mmap(ref m) => (m.pid, None),
+            SampleRecord::Comm { pid, .. } | SampleRecord::Exit { pid, .. } => (pid, None),
+            SampleRecord::Fork { pid, ppid, .. } => {
+                if pid != ppid && self.children && self.procs.contains_key(&ppid) {
+                    self.adopt(pid);
+                }
+                (pid, None)
+            }
+            SampleRecord::Lost { .. } | SampleRecord::Throttle { .. } => return Verdict::Deliver,
+        };
+        if !self.procs.contains_key(&pid) {
+            return Verdict::Hold;
+        }
+        if !self.sideband
+            && matches!(
+                record,
+                SampleRecord::Fork { .. } | SampleRecord::Exit { .. }
+            )
+        {
+            return Verdict::Drop;
+        }
+        if let (Some(me), Some(tid)) = (self.me, tid)
+            && pid == me
+            && self.own.contains(&tid)
+        {
+            return Verdict::Drop;
+        }
+        Verdict::Deliver
+    }
+
+    /// Follow a new child process (found by its fork record).
+    fn adopt(&mut self, pid: u32) {
+        if self.procs.contains_key(&pid) {
+            return;
+        }
+        let (fd, gone_at) = match i32::try_from(pid).map(sys::pidfd_open) {
+            Ok(Ok(fd)) => (Some(fd), None),
+            // Exited and reaped already: its records are in the rings, and it leaves as an exited one does.
+            Ok(Err(nix::errno::Errno::ESRCH)) | Err(_) => (None, Some(self.pass)),
+            Ok(Err(_)) => (None, None),
+        };
+        self.procs.insert(
+            pid,
+            Followed {
+                liveness: Liveness::Child(fd),
+                gone_at,
+            },
+        );
+    }
+
+    /// Keep `record` (its words) until the end of the pass.
+    pub(super) fn hold(&mut self, words: &[u64]) {
+        self.newer.push(words);
+    }
+
+    /// The end of a pass over every ring: the held records whose process is followed now are handed to
+    /// `deliver` in the order they were read (fork records first adopt their children, as often as that makes
+    /// more known); the previous pass's others are dropped, this pass's kept for one more pass. Then the exits
+    /// are taken, and processes gone for two passes leave. `deliver` returns false to stop at once (the
+    /// process forked in it): the held records are then left alone.
+    pub(super) fn end_pass(&mut self, mut deliver: impl FnMut(&SampleRecord<'_>) -> bool) -> bool {
+        let format = self.format;
+        let total = self.older.spans.len() + self.newer.spans.len();
+        self.done.clear();
+        self.done.resize(total, false);
+        // Fork records until nothing changes: a grandchild's fork record may come before its parent's.
+        loop {
+            let mut adopted = false;
+            for i in 0..total {
+                let words = if i < self.older.spans.len() {
+                    self.older.record(i)
+                } else {
+                    self.newer.record(i - self.older.spans.len())
+                };
+                if let Some(SampleRecord::Fork { pid, ppid, .. }) = decode_record(words, format)
+                    && pid != ppid
+                    && self.children
+                    && self.procs.contains_key(&ppid)
+                    && !self.procs.contains_key(&pid)
+                {
+                    self.adopt(pid);
+                    adopted = true;
+                }
+            }
+            if !adopted {
+                break;
+            }
+        }
+        for i in 0..total {
+            let words = if i < self.older.spans.len() {
+                self.older.record(i)
+            } else {
+                self.newer.record(i - self.older.spans.len())
+            };
+            let Some(record) = decode_record(words, format) else {
+                self.done[i] = true;
+                continue;
+            };
+            let pid = match record {
+                SampleRecord::Sample(ref s) => s.pid,
+                SampleRecord::Switch { pid, .. }
+                | SampleRecord::Comm { pid, .. }
+                | SampleRecord::Exit { pid, .. }
+                | SampleRecord::Fork { pid, .. } => pid,
+                SampleRecord::Mmap(ref m) => m.pid,
+                SampleRecord::Lost { .. } | SampleRecord::Throttle { .. } => {
+                    self.done[i] = true;
+                    continue;
+                }
+            };
+            if self.procs.contains_key(&pid) {
+                self.done[i] = true;
+                if !self.sideband
+                    && matches!(
+                        record,
+                        SampleRecord::Fork { .. } | SampleRecord::Exit { .. }
+                    )
+                {
+                    continue;
+                }
+                if !deliver(&record) {
+                    return false;
+                }
+            }
+        }
+        // The previous pass's records are decided; this pass's undecided ones wait one more pass.
+        let older = self.older.spans.len();
+        self.older.clear();
+        for i in 0..self.newer.spans.len() {
+            if !self.done[older + i] {
+                let (start, len) = self.newer.spans[i];
+                self.older.spans.push((self.older.words.len(), len));
+                self.older
+                    .words
+                    .extend_from_slice(&self.newer.words[start..start + len]);
+            }
+        }
+        self.newer.clear();
+        let pass = self.pass;
+        for (&pid, p) in self.procs.iter_mut() {
+            if p.gone_at.is_none() && p.exited(pid) {
+                p.gone_at = Some(pass);
+            }
+        }
+        self.procs
+            .retain(|_, p| p.gone_at.is_none_or(|at| at + 2 > pass));
+        self.pass += 1;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use perf_event_open_sys::bindings as b;
+
+    const FORMAT: SampleFormat = SampleFormat {
+        callchain: false,
+        regs: false,
+        user_stack: false,
+        user_entry: false,
+    };
+
+    fn pair(a: u32, c: u32) -> u64 {
+        u64::from(a) | u64::from(c) << 32
+    }
+
+    fn with_header(kind: u32, body: Vec<u64>) -> Vec<u64> {
+        let mut words = vec![u64::from(kind) | ((body.len() as u64 + 1) * 8) << 48];
+        words.extend(body);
+        words
+    }
+
+    /// A sample of `pid`/`tid` at `ip`.
+    fn sample(pid: u32, tid: u32, ip: u64) -> Vec<u64> {
+        with_header(b::PERF_RECORD_SAMPLE, vec![ip, pair(pid, tid), 1, 0])
+    }
+
+    /// A fork record: `pid` created by `ppid`.
+    fn fork(pid: u32, ppid: u32) -> Vec<u64> {
+        with_header(
+            b::PERF_RECORD_FORK,
+            vec![pair(pid, ppid), pair(pid, ppid), 1, pair(pid, pid), 1, 0],
+        )
+    }
+
+    /// Feed one pass (rings' records in read order) and end it: the ips of the samples delivered, in order.
+    fn pass(f: &mut Follow, records: &[Vec<u64>]) -> Vec<u64> {
+        let mut out = Vec::new();
+        for words in records {
+            let record = decode_record(words, FORMAT).unwrap();
+            match f.decide(&record) {
+                Verdict::Deliver => {
+                    if let SampleRecord::Sample(s) = record {
+                        out.push(s.ip);
+                    }
+                }
+                Verdict::Hold => f.hold(words),
+                Verdict::Drop => {}
+            }
+        }
+        f.end_pass(|r| {
+            if let SampleRecord::Sample(s) = r {
+                out.push(s.ip);
+            }
+            true
+        });
+        out
+    }
+
+    /// The calling process as the target (it never exits), threads 901 and 902 the library's own.
+    fn following_me() -> (Follow, u32) {
+        let me = std::process::id();
+        (
+            Follow::new(&[], Some(me), &[901, 902], true, false, FORMAT),
+            me,
+        )
+    }
+
+    /// A child's (and a grandchild's) samples read before their fork records, in the same pass or the next, are
+    /// delivered once the fork records are read; another process's are not, ever; the library's own threads'
+    /// are dropped; fork records are not delivered to a caller who did not ask for side-band records.
+    #[test]
+    fn records_of_processes_forked_unseen_wait_for_their_fork_record() {
+        let (mut f, me) = following_me();
+        // Pass 1: the target's sample, a child's sample before its fork record (same pass), a grandchild's
+        // sample whose fork record comes next pass, another process's sample, an own thread's sample.
+        let got = pass(
+            &mut f,
+            &[
+                sample(me, me, 1),
+                sample(50_001, 50_001, 2),
+                fork(50_001, me),
+                sample(50_002, 50_002, 3),
+                sample(777, 777, 4),
+                sample(me, 901, 5),
+            ],
+        );
+        assert_eq!(got, [1, 2]);
+        // Pass 2: the grandchild's fork record (its parent is the child), in a ring read after its sample.
+        let got = pass(&mut f, &[fork(50_002, 50_001), sample(777, 777, 6)]);
+        assert_eq!(got, [3]);
+        // Pass 3: a grandchild's sample is delivered at once now; 777's held ones are gone for good.
+        let got = pass(&mut f, &[sample(50_002, 50_002, 7)]);
+        assert_eq!(got, [7]);
+        let got = pass(&mut f, &[]);
+        assert!(got.is_empty());
+        assert!(!f.all_exited(), "the calling process never exits");
+        // A grandchild whose fork record came before its parent's, both read in one pass after its sample.
+        // (These made-up pids name no live process: each is followed as an exited one, for two more passes.)
+        let (mut f, me) = following_me();
+        let got = pass(
+            &mut f,
+            &[
+                sample(50_004, 50_004, 8),
+                fork(50_004, 50_003),
+                fork(50_003, me),
+            ],
+        );
+        assert_eq!(got, [8]);
+    }
+
+    /// Without `children`, forked processes are not followed (their threads' records are the target's).
+    #[test]
+    fn without_children_only_the_targets_records_are_delivered() {
+        let me = std::process::id();
+        let mut f = Follow::new(&[], Some(me), &[], false, true, FORMAT);
+        let got = pass(
+            &mut f,
+            &[
+                fork(50_001, me),
+                sample(50_001, 50_001, 1),
+                sample(me, 12_345, 2),
+            ],
+        );
+        assert_eq!(got, [2]);
+        let got = pass(&mut f, &[sample(50_001, 50_001, 3)]);
+        assert!(got.is_empty());
+    }
+
+    /// A child that already exited (and was reaped) when its fork record is read is still followed for two
+    /// more passes, then leaves; a target that exited makes `all_exited` true.
+    #[test]
+    fn exited_processes_leave_after_two_passes() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let target = Process::open(std::process::id()).unwrap();
+        let mut f = Follow::new(&[target], None, &[], true, false, FORMAT);
+        // The child's fork record is made up (its parent is the target); the child is gone: no pidfd opens.
+        let got = pass(
+            &mut f,
+            &[fork(pid, std::process::id()), sample(pid, pid, 1)],
+        );
+        assert_eq!(got, [1]);
+        assert_eq!(f.processes(), 2);
+        let got = pass(&mut f, &[sample(pid, pid, 2)]);
+        assert_eq!(got, [2]);
+        assert_eq!(f.processes(), 2);
+        let got = pass(&mut f, &[sample(pid, pid, 3)]);
+        assert_eq!(got, [3]);
+        assert_eq!(f.processes(), 1, "the child left");
+        assert!(!f.all_exited());
+        let got = pass(&mut f, &[sample(pid, pid, 4)]);
+        assert!(got.is_empty());
+    }
+}
