@@ -45,7 +45,7 @@ pub(super) fn build(b: SamplerBuilder) -> Result<Sampler, Error> {
     let (interval, params, pages) = event_params(&b, spec, stack_user);
     let mut opener = Opener::new(params, &cpus, &online_cpus(), pages, min_pages(&params));
     opener.chosen_wakeup = b.wakeup_bytes;
-    let mode = opener.choose_layout(b.global, &targets, &own)?;
+    let mode = super::layout::choose_layout(&opener, b.global, &targets, &own)?;
     let filtered = mode == EventMode::CpuFiltered;
     if filtered {
         // Events for every task of a processor: nothing to inherit, the tree is followed from the fork records,

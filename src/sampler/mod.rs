@@ -77,6 +77,7 @@ mod blocked;
 mod build;
 mod builder;
 mod follow;
+mod layout;
 mod lost;
 mod open;
 mod thread_state;
