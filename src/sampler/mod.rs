@@ -289,6 +289,12 @@ impl Sampler {
     /// stack copy, names) live only during the call of `f`. No allocation per record. Returns the number of
     /// records delivered.
     ///
+    /// A `cpu-filtered` sampler ([`event_usage`](Self::event_usage)) delivers only its targets' records. A
+    /// record of a process it does not know yet (a child whose fork record is in a ring not read yet) is copied
+    /// into a buffer the sampler reuses, and comes after the rings' records, at the end of this read or of the
+    /// next one, once the fork record was read; otherwise it is dropped. A child it starts to follow takes a
+    /// pidfd (to see its exit) and an entry in a table.
+    ///
     /// A record handed to `f` is consumed even if `f` panics: the panic goes on to the caller, and the next
     /// `read` starts with the record after it (`stats()` counts each record once).
     ///
