@@ -397,7 +397,12 @@ fn cpp_names_in_the_off_cpu_section_are_short() {
     ] {
         assert!(section.contains(want), "{want:?} missing from:\n{section}");
     }
-    assert!(!section.contains("std::allocator"), "{section}");
+    // No parameter list and no template return type. (A class's own template arguments stay: a preemption
+    // inside the vector's allocation is named `std::_Vector_base<int, std::allocator<int> >::_M_allocate`, as
+    // one quiet run showed.)
+    for full in ["Waiter::nap(", "run<int>(", "int run<int>"] {
+        assert!(!section.contains(full), "{full:?} in:\n{section}");
+    }
     let report = record(
         &[
             "record",
