@@ -19,10 +19,12 @@ pub(crate) struct CpuRing {
     pub ring: Ring,
     /// The descriptor that owns the ring, for epoll (owned by the API side until `RemoveStream` is acked).
     pub fd: RawFd,
-    /// A per-thread ring's sampling event, opened with `PERF_FORMAT_LOST` (-1: none): its count of the records
-    /// it and its inherited copies could not write, which holds even when the ring stayed full until sampling
-    /// ended and no Lost record could follow.
-    pub lost_fd: RawFd,
+    /// The sampling events that write into the ring, opened with `PERF_FORMAT_LOST` (none: a kernel before
+    /// 6.0): each counts the records it and its inherited copies could not write, which holds even when the
+    /// ring stayed full until its writers stopped and no Lost record could follow (the kernel writes a Lost
+    /// record only before the next record it manages to write). One per ring in the per-thread and
+    /// processor-wide layouts; every thread's event of the ring's processor in the (thread × processor) one.
+    pub lost_fds: Vec<RawFd>,
     /// The drops the ring's Lost records reported, and the drops counted into the profiles so far (the larger
     /// of that and the event's count: both count the same drops, the records late or never).
     pub lost_records: u64,
@@ -61,12 +63,12 @@ impl TaskFilter {
 
 impl CpuRing {
     /// A ring as the stream opened it: nothing read yet.
-    pub(crate) fn new(cpu: Option<usize>, ring: Ring, fd: RawFd, lost_fd: RawFd) -> CpuRing {
+    pub(crate) fn new(cpu: Option<usize>, ring: Ring, fd: RawFd, lost_fds: Vec<RawFd>) -> CpuRing {
         CpuRing {
             cpu,
             ring,
             fd,
-            lost_fd,
+            lost_fds,
             lost_records: 0,
             lost_counted: 0,
             drained_before: 0,
@@ -186,10 +188,11 @@ impl StreamDispatch {
         self.drain_with(false)
     }
 
-    /// [`drain`](Self::drain), and read the lost count of every ring that has one whatever its fill: for the
-    /// drains that settle the statistics (a start, a stop, a live read, rings retired or removed). A per-thread
-    /// ring whose kernel head stalled (see docs/limits.md) shows no data and no Lost record, yet its event keeps
-    /// counting the records it drops; only this read finds them.
+    /// [`drain`](Self::drain), and read the lost counts of every ring's events whatever its fill: for the
+    /// drains that settle the statistics (a start, a stop, a live read, rings retired or removed). A ring still
+    /// full when its writers stopped gets no Lost record for its last drops, and a per-thread ring whose kernel
+    /// head stalled (see docs/limits.md) shows no data and no Lost record, yet the events keep counting the
+    /// records they drop; only this read finds them.
     pub(super) fn drain_exact(&mut self) -> u64 {
         self.drain_with(true)
     }
@@ -265,12 +268,18 @@ impl StreamDispatch {
             let dropped =
                 may_have_dropped(r.drained_before, drained, nearly_full, lost, ring_bytes);
             r.drained_before = drained;
-            if r.lost_fd >= 0 {
+            if !r.lost_fds.is_empty() {
                 r.lost_records += lost;
                 let mut total = r.lost_records;
-                if (dropped || exact)
-                    && let Ok((_, counted)) = crate::perf::sys::read_count_and_lost(r.lost_fd)
-                {
+                if dropped || exact {
+                    // Every event that writes into the ring counts its own drops (an event whose read fails
+                    // adds nothing: the Lost records still bound the total from below).
+                    let counted: u64 = r
+                        .lost_fds
+                        .iter()
+                        .filter_map(|&fd| crate::perf::sys::read_count_and_lost(fd).ok())
+                        .map(|(_, lost)| lost)
+                        .sum();
                     total = total.max(counted);
                 }
                 lost = total.saturating_sub(r.lost_counted);
@@ -330,7 +339,7 @@ impl ReplayStream {
         let mut s = StreamDispatch::new(StreamId(0));
         s.rings = rings
             .into_iter()
-            .map(|(cpu, ring)| CpuRing::new(Some(cpu), ring, -1, -1))
+            .map(|(cpu, ring)| CpuRing::new(Some(cpu), ring, -1, Vec::new()))
             .collect();
         for (counts, cpus) in profiles {
             s.active.push(Active::new(counts.clone(), cpus.clone()));
@@ -387,7 +396,7 @@ mod tests {
             .collect();
         let ring = Ring::anonymous(4, SampleLayout::default()).expect("ring");
         let mut s = StreamDispatch::new(StreamId(0));
-        s.rings.push(CpuRing::new(Some(0), ring, -1, -1));
+        s.rings.push(CpuRing::new(Some(0), ring, -1, Vec::new()));
         let ranges = [
             (0x1000, 0x100),
             (0x1080, 0x200),

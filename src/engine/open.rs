@@ -57,8 +57,9 @@ pub(super) fn open_cpus(
             None => *plan.insert(plan_for(target, &scan, cpus, skip, keep_mode)?),
         };
         params.sample_cpu = chosen.mode == EventMode::PerThread;
-        // Per-thread rings count their drops from the events as well (one event per ring).
-        params.read_lost = chosen.mode == EventMode::PerThread && !lost_unsupported;
+        // Every layout counts its rings' drops from the events as well as from the Lost records: a ring still
+        // full when its writers stop (the target exits, the profile stops) gets no Lost record for its last drops.
+        params.read_lost = !lost_unsupported;
         if chosen.mode == EventMode::CpuFiltered {
             return open_filtered(params, target, cpus, skip, chosen);
         }
@@ -222,7 +223,8 @@ struct Pass<'a> {
     layout: SampleLayout,
     fds: Vec<OwnedFd>,
     rings: Vec<CpuRing>,
-    owner: Vec<Option<usize>>,
+    /// Per CPU of the pass: the index of its ring owner in `fds` and of its ring in `rings`.
+    owner: Vec<Option<(usize, usize)>>,
     /// Who is observed.
     target: &'a Target,
     /// EACCES/EPERM mean "may not profile that process" for another process, a missing privilege otherwise.
@@ -317,14 +319,17 @@ impl<'a> Pass<'a> {
                         None => return Ok(()), // the thread exited meanwhile
                     };
                     self.ring_bytes += ring.map_len();
-                    let mut cpu_ring = CpuRing::new(Some(cpu), ring, fd.as_raw_fd(), -1);
+                    let mut cpu_ring =
+                        CpuRing::new(Some(cpu), ring, fd.as_raw_fd(), self.lost_fds(&fd));
                     cpu_ring.filter = self.filter.clone();
+                    self.owner[ci] = Some((self.fds.len(), self.rings.len()));
                     self.rings.push(cpu_ring);
-                    self.owner[ci] = Some(self.fds.len());
                     fd
                 }
-                Some(o) => {
+                Some((o, r)) => {
                     event::set_output(fd.as_fd(), self.fds[o].as_fd())?;
+                    let more = self.lost_fds(&fd);
+                    self.rings[r].lost_fds.extend(more);
                     fd
                 }
             };
@@ -334,10 +339,23 @@ impl<'a> Pass<'a> {
         Ok(())
     }
 
+    /// The lost count to read for a sampling event: the event itself when it was opened with
+    /// `PERF_FORMAT_LOST`, else none.
+    fn lost_fds(&self, fd: &OwnedFd) -> Vec<std::os::fd::RawFd> {
+        if self.params.read_lost {
+            vec![fd.as_raw_fd()]
+        } else {
+            Vec::new()
+        }
+    }
+
     /// Open thread `tid`'s sampling event on `cpu` (`None`: any CPU); `None` when the thread exited meanwhile
     /// (or its process did).
     fn open_event(&mut self, tid: Tid, cpu: Option<usize>) -> Result<Option<OwnedFd>, NtStatus> {
         let mut interrupted = 0;
+        // The first open steps the precision down on EINVAL; an EINVAL that turns out to be the kernel's refusal
+        // of `PERF_FORMAT_LOST` starts that over from here.
+        let precise = self.params.precise_ip;
         loop {
             let opened = if self.fds.is_empty() {
                 event::open_precise_on(self.params, tid, cpu)
@@ -354,6 +372,7 @@ impl<'a> Pass<'a> {
                 // A kernel before 6.0 has no PERF_FORMAT_LOST: Lost records alone count the drops.
                 Err(Errno::EINVAL) if self.params.read_lost => {
                     self.params.read_lost = false;
+                    self.params.precise_ip = precise;
                     self.lost_unsupported = true;
                 }
                 // Whatever the kernel answers for a thread of a process that has exited meanwhile (a shortage

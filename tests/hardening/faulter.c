@@ -1,7 +1,9 @@
 /* Page faults for the NT-profile lost-count test: waits for a line on stdin (the profile is started by then),
  * then runs THREADS threads (argv[1]) that each touch PAGES fresh pages (argv[2]), one minor fault each, with a
  * short spin of SPIN steps (argv[3], default 20000) between two touches (so that a page-fault event at interval 1
- * stays below the kernel's sampling-rate limit), joins them and exits. */
+ * stays below the kernel's sampling-rate limit), joins them, then (argv[4], default 0) touches BURST more fresh
+ * pages at once after a 10 ms pause (a new scheduler tick: the kernel's limit of 400 samples per tick at 250 Hz
+ * counts from there), and exits. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,5 +38,13 @@ int main(int argc, char **argv) {
     for (int i = 0; i < threads; i++)
         if (pthread_create(&t[i], NULL, work, NULL) != 0) return 5;
     for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+    int burst = argc > 4 ? atoi(argv[4]) : 0;
+    if (burst > 0) {
+        long page = sysconf(_SC_PAGESIZE);
+        char *p = mmap(NULL, (size_t)burst * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) return 4;
+        usleep(10000);
+        for (int i = 0; i < burst; i++) p[(long)i * page] = 1;
+    }
     return 0;
 }

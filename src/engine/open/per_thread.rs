@@ -30,13 +30,13 @@ impl Pass<'_> {
             Err(errno) => return Err(NtStatus::from(errno)),
         }
         self.ring_bytes += ring.map_len();
-        let lost_fd = if self.params.read_lost {
-            fd.as_raw_fd()
+        let lost_fds = if self.params.read_lost {
+            vec![fd.as_raw_fd()]
         } else {
-            -1
+            Vec::new()
         };
         self.rings
-            .push(CpuRing::new(None, ring, owner.as_raw_fd(), lost_fd));
+            .push(CpuRing::new(None, ring, owner.as_raw_fd(), lost_fds));
         self.fds.push(owner);
         self.fds.push(fd);
         self.tids.push(tid);
