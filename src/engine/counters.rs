@@ -145,7 +145,8 @@ pub struct ProfileStats {
     pub outside: u64,
     /// Samples the kernel dropped (full ring: `PERF_RECORD_LOST`) on the profile's processors.
     pub lost: u64,
-    /// Times the kernel throttled the event on the profile's processors (`PERF_RECORD_THROTTLE`).
+    /// Times the kernel throttled the event on the profile's processors (`PERF_RECORD_THROTTLE`, or the
+    /// episode's `PERF_RECORD_UNTHROTTLE` when a full ring dropped the first).
     pub throttled: u64,
 }
 

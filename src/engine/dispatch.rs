@@ -29,6 +29,13 @@ pub(crate) struct CpuRing {
     /// of that and the event's count: both count the same drops, the records late or never).
     pub lost_records: u64,
     pub lost_counted: u64,
+    /// Throttle and Unthrottle records read, and the throttle episodes counted into the profiles so far. An
+    /// episode writes one of each (the Unthrottle at the next tick), and either may be dropped by a full ring:
+    /// the episodes are at least the larger of the two counts (the records of several events interleave in a
+    /// ring, so their order tells no more), and each is counted by the time its second record is read.
+    pub throttles: u64,
+    pub unthrottles: u64,
+    pub throttled_counted: u64,
     /// Bytes the previous drain consumed from the ring: with this drain's, they bound how far the kernel may
     /// have written since the tail it last saw (see `may_have_dropped`).
     pub drained_before: u64,
@@ -71,6 +78,9 @@ impl CpuRing {
             lost_fds,
             lost_records: 0,
             lost_counted: 0,
+            throttles: 0,
+            unthrottles: 0,
+            throttled_counted: 0,
             drained_before: 0,
             filter: None,
         }
@@ -232,7 +242,7 @@ impl StreamDispatch {
             *fill = fill.max(Fill { bytes, ring_bytes });
             let nearly_full = bytes + NEARLY_FULL_SLACK >= ring_bytes;
             let ring_cpu = r.cpu;
-            let (mut samples, mut lost, mut throttled) = (0u64, 0u64, 0u64);
+            let (mut samples, mut lost, mut throttles, mut unthrottles) = (0u64, 0u64, 0u64, 0u64);
             let tail = r.ring.consumed();
             let filter = r.filter.as_ref();
             records += r.ring.drain(|rec| match rec {
@@ -261,9 +271,15 @@ impl StreamDispatch {
                     }
                 }
                 Record::Lost(n) => lost += n,
-                Record::Throttle => throttled += 1,
-                Record::Unthrottle | Record::Other => {}
+                Record::Throttle => throttles += 1,
+                Record::Unthrottle => unthrottles += 1,
+                Record::Other => {}
             });
+            r.throttles += throttles;
+            r.unthrottles += unthrottles;
+            let episodes = r.throttles.max(r.unthrottles);
+            let throttled = episodes - r.throttled_counted;
+            r.throttled_counted = episodes;
             let drained = r.ring.consumed().wrapping_sub(tail);
             let dropped =
                 may_have_dropped(r.drained_before, drained, nearly_full, lost, ring_bytes);
@@ -452,6 +468,41 @@ mod tests {
             want.iter().take(3).all(|&w| w > 0),
             "the ranges hold samples: {want:?}"
         );
+    }
+
+    /// A throttle episode whose Throttle record the full ring dropped still counts, from its Unthrottle record;
+    /// an episode with both records counts once. (Before, only Throttle records counted: 1 here, not 2.)
+    #[test]
+    fn a_throttle_whose_record_was_dropped_counts_from_its_unthrottle() {
+        let record = |kind: u64| {
+            // PERF_RECORD_THROTTLE (5) / UNTHROTTLE (6): header, then time, id, stream id.
+            let header = kind | (32u64 << 48);
+            [header, 1, 2, 3]
+                .iter()
+                .flat_map(|w| w.to_ne_bytes())
+                .collect::<Vec<u8>>()
+        };
+        let c = profile(0x1000, 0x100);
+        let ring = Ring::anonymous(4, SampleLayout::default()).expect("ring");
+        let mut s = StreamDispatch::new(StreamId(0));
+        s.rings.push(CpuRing::new(Some(0), ring, -1, Vec::new()));
+        s.active
+            .push(Active::new(c.clone(), CpuSet::from_cpus([0])));
+        s.rebuild_index();
+        // A whole episode, then one whose Throttle was dropped, across two drains.
+        s.rings[0]
+            .ring
+            .load(&[record(5), record(6), record(6)].concat());
+        s.drain_exact();
+        assert_eq!(c.stats.read().throttled, 2);
+        // Records of several events interleave in a ring, so an episode is counted once the larger of the two
+        // counts grows: a third Throttle (as many of each now) waits for its Unthrottle.
+        s.rings[0].ring.load(&record(5));
+        s.drain_exact();
+        assert_eq!(c.stats.read().throttled, 2);
+        s.rings[0].ring.load(&record(6));
+        s.drain_exact();
+        assert_eq!(c.stats.read().throttled, 3);
     }
 
     #[test]
