@@ -74,65 +74,17 @@ fn one_page_rings(stalled: u64, collisions_per: u64) {
         // Its start-up over before the profile starts: the counter, enabled after the start, then sees every
         // fault the profile's events see.
         crate::common::wait_blocked_in_read(pid, "the faulter");
-        let mut process: *mut c_void = std::ptr::null_mut();
-        let mut cid = [u64::from(pid), 0u64];
-        assert_eq!(
-            st(NtOpenProcess(
-                &mut process,
-                0,
-                std::ptr::null_mut(),
-                cid.as_mut_ptr().cast()
-            )),
-            NtStatus::SUCCESS
-        );
-        // A range of 64 KiB of the heap region; every sample lands outside it or in it, each counted once.
-        let mut buffer = vec![0u32; 1024];
-        let mut profile: *mut c_void = std::ptr::null_mut();
-        assert_eq!(
-            st(NtCreateProfile(
-                &mut profile,
-                process,
-                0x10000 as *mut c_void,
-                0x10000,
-                6,
-                buffer.as_mut_ptr(),
-                (buffer.len() * 4) as u32,
-                ProfileSource::PageFaults.to_raw(),
-                usize::MAX,
-            )),
-            NtStatus::SUCCESS
-        );
-        let mut counter = crate::common::page_fault_counter(pid);
-        assert_eq!(st(NtStartProfile(profile)), NtStatus::SUCCESS);
-        let rings: Vec<c_long> = (0..4096)
-            .map(|fd| (shim.mapped)(fd))
-            .filter(|&m| m > 0)
-            .collect();
-        assert!(
-            rings.iter().all(|&m| m == 2 * page as c_long),
-            "rings of one data page only: {rings:?}"
-        );
-        counter.enable().expect("enable the counter");
+        let mut profiled = Profiled::start(pid, &shim);
         child.stdin.take().unwrap().write_all(b"go\n").unwrap();
         assert!(child.wait().expect("wait").success());
-        let took = counter.read().expect("read the counter");
-        assert_eq!(st(NtStopProfile(profile)), NtStatus::SUCCESS);
-        let mut stats = ProfileStats::default();
-        assert_eq!(
-            st(NtprofileQueryStatistics(profile, &mut stats)),
-            NtStatus::SUCCESS
-        );
-        assert_eq!(st(NtClose(profile)), NtStatus::SUCCESS);
-        assert_eq!(st(NtClose(process)), NtStatus::SUCCESS);
+        let took = profiled.counter.read().expect("read the counter");
+        let rings = profiled.rings;
+        let stats = profiled.stop();
         let total = stats.counted + stats.outside + stats.lost;
         last = format!(
             "attempt {attempt}: {} rings of one page; the kernel took {took} samples; counted {} + outside {} + \
              lost {} = {total}; throttled {}",
-            rings.len(),
-            stats.counted,
-            stats.outside,
-            stats.lost,
-            stats.throttled
+            rings, stats.counted, stats.outside, stats.lost, stats.throttled
         );
         println!("{last}");
         if stats.throttled > 0 {
@@ -211,43 +163,7 @@ fn drops_at_the_end(mode: &str) {
         .expect("spawn taskset faulter");
     let pid = child.id();
     crate::common::wait_blocked_in_read(pid, "the faulter");
-    let mut process: *mut c_void = std::ptr::null_mut();
-    let mut cid = [u64::from(pid), 0u64];
-    assert_eq!(
-        st(NtOpenProcess(
-            &mut process,
-            0,
-            std::ptr::null_mut(),
-            cid.as_mut_ptr().cast()
-        )),
-        NtStatus::SUCCESS
-    );
-    let mut buffer = vec![0u32; 1024];
-    let mut profile: *mut c_void = std::ptr::null_mut();
-    assert_eq!(
-        st(NtCreateProfile(
-            &mut profile,
-            process,
-            0x10000 as *mut c_void,
-            0x10000,
-            6,
-            buffer.as_mut_ptr(),
-            (buffer.len() * 4) as u32,
-            ProfileSource::PageFaults.to_raw(),
-            usize::MAX,
-        )),
-        NtStatus::SUCCESS
-    );
-    let mut counter = crate::common::page_fault_counter(pid);
-    assert_eq!(st(NtStartProfile(profile)), NtStatus::SUCCESS);
-    let rings: Vec<c_long> = (0..4096)
-        .map(|fd| (shim.mapped)(fd))
-        .filter(|&m| m > 0)
-        .collect();
-    assert!(
-        !rings.is_empty() && rings.iter().all(|&m| m == 2 * page as c_long),
-        "rings of one data page only: {rings:?}"
-    );
+    let mut profiled = Profiled::start(pid, &shim);
     // Starve the consumer: idle class, on processor 1, where a thread of this process spins.
     let consumer = thread_named("ntprofile-consumer").expect("the consumer thread");
     let load = Load::start_on(1);
@@ -263,10 +179,9 @@ fn drops_at_the_end(mode: &str) {
             .expect("taskset / chrt");
         assert!(status.success(), "{args:?} {consumer}");
     }
-    counter.enable().expect("enable the counter");
     child.stdin.take().unwrap().write_all(b"go\n").unwrap();
     assert!(child.wait().expect("wait").success());
-    let took = counter.read().expect("read the counter");
+    let took = profiled.counter.read().expect("read the counter");
     drop(load);
     let status = Command::new("chrt")
         .args(["--other", "-p", "0"])
@@ -274,24 +189,14 @@ fn drops_at_the_end(mode: &str) {
         .status()
         .expect("chrt");
     assert!(status.success());
-    assert_eq!(st(NtStopProfile(profile)), NtStatus::SUCCESS);
-    let mut stats = ProfileStats::default();
-    assert_eq!(
-        st(NtprofileQueryStatistics(profile, &mut stats)),
-        NtStatus::SUCCESS
-    );
-    assert_eq!(st(NtClose(profile)), NtStatus::SUCCESS);
-    assert_eq!(st(NtClose(process)), NtStatus::SUCCESS);
+    let rings = profiled.rings;
+    let stats = profiled.stop();
     let _ = std::fs::remove_dir_all(&dir);
     let total = stats.counted + stats.outside + stats.lost;
     let seen = format!(
         "{mode}: {} rings of one page; the kernel took {took} samples; counted {} + outside {} + lost {} = \
          {total}; throttled {}",
-        rings.len(),
-        stats.counted,
-        stats.outside,
-        stats.lost,
-        stats.throttled
+        rings, stats.counted, stats.outside, stats.lost, stats.throttled
     );
     println!("{seen}");
     assert_eq!(stats.throttled, 0, "{seen}");
@@ -307,6 +212,84 @@ fn drops_at_the_end(mode: &str) {
         assert_eq!(total, took, "{seen}");
     }
     (shim.clear)();
+}
+
+/// A started page-fault profile of a faulter waiting for its go (its start-up over: the counter, enabled after
+/// the start, then sees every fault the profile's events see), through rings of one data page, with an
+/// independent counter of the same faults.
+struct Profiled {
+    process: *mut c_void,
+    profile: *mut c_void,
+    /// The profile's buckets: a range of 64 KiB of the heap region; every sample lands outside it or in it,
+    /// each counted once.
+    _buffer: Vec<u32>,
+    counter: perf_event::Counter,
+    /// The rings mapped (each of one data page).
+    rings: usize,
+}
+
+impl Profiled {
+    fn start(pid: u32, shim: &Shim) -> Profiled {
+        let mut process: *mut c_void = std::ptr::null_mut();
+        let mut cid = [u64::from(pid), 0u64];
+        assert_eq!(
+            st(NtOpenProcess(
+                &mut process,
+                0,
+                std::ptr::null_mut(),
+                cid.as_mut_ptr().cast()
+            )),
+            NtStatus::SUCCESS
+        );
+        let mut buffer = vec![0u32; 1024];
+        let mut profile: *mut c_void = std::ptr::null_mut();
+        assert_eq!(
+            st(NtCreateProfile(
+                &mut profile,
+                process,
+                0x10000 as *mut c_void,
+                0x10000,
+                6,
+                buffer.as_mut_ptr(),
+                (buffer.len() * 4) as u32,
+                ProfileSource::PageFaults.to_raw(),
+                usize::MAX,
+            )),
+            NtStatus::SUCCESS
+        );
+        let mut counter = crate::common::page_fault_counter(pid);
+        assert_eq!(st(NtStartProfile(profile)), NtStatus::SUCCESS);
+        let page = 4096;
+        let rings: Vec<c_long> = (0..4096)
+            .map(|fd| (shim.mapped)(fd))
+            .filter(|&m| m > 0)
+            .collect();
+        assert!(
+            !rings.is_empty() && rings.iter().all(|&m| m == 2 * page as c_long),
+            "rings of one data page only: {rings:?}"
+        );
+        counter.enable().expect("enable the counter");
+        Profiled {
+            process,
+            profile,
+            _buffer: buffer,
+            counter,
+            rings: rings.len(),
+        }
+    }
+
+    /// Stop the profile and close it: its statistics.
+    fn stop(self) -> ProfileStats {
+        assert_eq!(st(NtStopProfile(self.profile)), NtStatus::SUCCESS);
+        let mut stats = ProfileStats::default();
+        assert_eq!(
+            st(NtprofileQueryStatistics(self.profile, &mut stats)),
+            NtStatus::SUCCESS
+        );
+        assert_eq!(st(NtClose(self.profile)), NtStatus::SUCCESS);
+        assert_eq!(st(NtClose(self.process)), NtStatus::SUCCESS);
+        stats
+    }
 }
 
 /// The thread of this process named `name` (the kernel keeps the first 15 bytes of a thread's name).
