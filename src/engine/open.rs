@@ -328,8 +328,9 @@ impl<'a> Pass<'a> {
                 }
                 Some((o, r)) => {
                     event::set_output(fd.as_fd(), self.fds[o].as_fd())?;
-                    let more = self.lost_fds(&fd);
-                    self.rings[r].lost_fds.extend(more);
+                    if self.params.read_lost {
+                        self.rings[r].lost_fds.push(fd.as_raw_fd());
+                    }
                     fd
                 }
             };

@@ -30,11 +30,7 @@ impl Pass<'_> {
             Err(errno) => return Err(NtStatus::from(errno)),
         }
         self.ring_bytes += ring.map_len();
-        let lost_fds = if self.params.read_lost {
-            vec![fd.as_raw_fd()]
-        } else {
-            Vec::new()
-        };
+        let lost_fds = self.lost_fds(&fd);
         self.rings
             .push(CpuRing::new(None, ring, owner.as_raw_fd(), lost_fds));
         self.fds.push(owner);
