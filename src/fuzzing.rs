@@ -51,7 +51,7 @@ pub fn decode_ring(data: &[u8], tail: u64, head: u64, tid: bool) -> Decoded {
             Record::Sample { .. } => d.samples += 1,
             Record::Lost(n) => d.lost = d.lost.wrapping_add(n),
             Record::Throttle | Record::Unthrottle => d.throttles += 1,
-            Record::Other => {}
+            Record::Fork { .. } | Record::Exit { .. } | Record::Other => {}
         },
     );
     assert_eq!(

@@ -14,6 +14,11 @@ pub(crate) const BUSY_DRAIN_INTERVAL_MS: i32 = 100;
 /// from `BUSY_DRAIN_INTERVAL_MS` up to this while rings stay empty, and drops back at the first record. An idle
 /// profile should not cost 50 wake-ups a second.
 pub(crate) const IDLE_DRAIN_INTERVAL_MS: i32 = 200;
+/// The longest sleep while a per-thread stream is followed: a thread it sees created is sampled only once the
+/// consumer has read its fork record (which wakes no one: the ring's watermark counts bytes) and the helper thread
+/// has opened its event, and what it runs until then is counted as lost. 100 wake-ups a second, each of tens of
+/// microseconds, are the price of seeing a new thread within about 10 ms.
+pub(crate) const FOLLOW_DRAIN_INTERVAL_MS: i32 = 10;
 /// A timed drain aims to find the fullest ring at most this fraction full (1/8), well under the wake-up watermark
 /// (1/4 of the ring, set at open), so that the watermark only wakes the consumer when the rate jumps.
 const DRAIN_TARGET_DIVISOR: u64 = 8;

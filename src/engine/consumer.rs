@@ -9,12 +9,16 @@
 
 use std::os::fd::RawFd;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use crossbeam::channel::{Receiver, Sender, bounded};
 
-use super::cadence::{BUSY_DRAIN_INTERVAL_MS, Fill, IDLE_DRAIN_INTERVAL_MS, busy_timeout};
+use super::cadence::{
+    BUSY_DRAIN_INTERVAL_MS, FOLLOW_DRAIN_INTERVAL_MS, Fill, IDLE_DRAIN_INTERVAL_MS, busy_timeout,
+};
 use super::counters::{Counts, ProfileId, StreamId};
 use super::dispatch::{Active, CpuRing, StreamDispatch};
+use super::follow::{Gap, Notes};
 use crate::affinity::CpuSet;
 use crate::perf::sys::{EMPTY_EVENT, EPOLLHUP, Epoll, Waker};
 use crate::status::NtStatus;
@@ -69,6 +73,22 @@ pub(crate) enum Msg {
         keep: Vec<RawFd>,
         ack: Sender<()>,
     },
+    /// A per-thread stream's rings are read: pass its fork and exit records to the helper thread, and count what
+    /// its threads ran before their events were opened from the stream's inherited `counters` (with the stream's
+    /// base `period`).
+    Follow {
+        stream: StreamId,
+        counters: Vec<RawFd>,
+        period: Arc<AtomicU64>,
+        ack: Sender<()>,
+    },
+    /// Drain, then unmap, the rings of these descriptors (sampling events of exited threads); the helper closes
+    /// the descriptors after the ack.
+    DropRings {
+        stream: StreamId,
+        fds: Vec<RawFd>,
+        ack: Sender<()>,
+    },
     /// Start counting for a profile on a stream, on these CPUs.
     Publish {
         stream: StreamId,
@@ -97,10 +117,16 @@ pub(crate) struct Consumer {
     waker: Arc<Waker>,
     epoll: Epoll,
     streams: Vec<StreamDispatch>,
+    /// The way to the helper thread for per-thread streams' fork and exit records.
+    notes: Notes,
 }
 
 impl Consumer {
-    pub(crate) fn new(rx: Receiver<Msg>, waker: Arc<Waker>) -> Result<Consumer, nix::errno::Errno> {
+    pub(crate) fn new(
+        rx: Receiver<Msg>,
+        waker: Arc<Waker>,
+        notes: Notes,
+    ) -> Result<Consumer, nix::errno::Errno> {
         let epoll = Epoll::new()?;
         epoll.add(waker.fd_raw(), WAKER_TOKEN)?;
         Ok(Consumer {
@@ -108,6 +134,7 @@ impl Consumer {
             waker,
             epoll,
             streams: Vec::new(),
+            notes,
         })
     }
 
@@ -147,6 +174,9 @@ impl Consumer {
             } else {
                 (timeout * 2).clamp(BUSY_DRAIN_INTERVAL_MS, IDLE_DRAIN_INTERVAL_MS)
             };
+            if self.streams.iter().any(|s| s.notes.is_some()) {
+                timeout = timeout.min(FOLLOW_DRAIN_INTERVAL_MS);
+            }
             loop {
                 match self.rx.try_recv() {
                     Ok(Msg::Exit) => return,
@@ -171,6 +201,23 @@ impl Consumer {
             }
             Msg::RetireRings { stream, keep, ack } => {
                 self.retire_rings(stream, &keep);
+                ack
+            }
+            Msg::Follow {
+                stream,
+                counters,
+                period,
+                ack,
+            } => {
+                let notes = self.notes.clone();
+                if let Some(s) = self.stream(stream) {
+                    s.notes = Some(notes);
+                    s.gap = Some(Gap::new(counters, period));
+                }
+                ack
+            }
+            Msg::DropRings { stream, fds, ack } => {
+                self.drop_rings(stream, &fds);
                 ack
             }
             Msg::Publish {
@@ -238,6 +285,28 @@ impl Consumer {
             }
             drop(retired); // unmaps before the API side closes the descriptors
         }
+    }
+
+    /// Drain the rings of `fds` (reading their events' lost counts), keep their events' final counts, and unmap
+    /// them.
+    fn drop_rings(&mut self, stream: StreamId, fds: &[RawFd]) {
+        let Some(pos) = self.streams.iter().position(|s| s.id == stream) else {
+            return;
+        };
+        let s = &mut self.streams[pos];
+        for r in s.rings.iter_mut().filter(|r| fds.contains(&r.fd)) {
+            r.settle = true;
+        }
+        s.drain();
+        let (gone, kept): (Vec<CpuRing>, Vec<CpuRing>) = s.rings.drain(..).partition(|r| r.settle);
+        s.rings = kept;
+        for r in &gone {
+            if let Some(g) = s.gap.as_mut() {
+                g.retire(r.fd);
+            }
+            self.epoll.remove(r.fd);
+        }
+        drop(gone); // unmaps before the helper closes the descriptors
     }
 
     /// Start counting for a profile on a stream.

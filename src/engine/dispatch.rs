@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::cadence::Fill;
 use super::counters::{CounterBuf, Counts, ProfileStats, StreamId};
+use super::follow::{Gap, Notes, TaskNote};
 use super::index::RangeIndex;
 use crate::affinity::CpuSet;
 use crate::buckets::BucketLayout;
@@ -42,6 +43,11 @@ pub(crate) struct CpuRing {
     /// A processor-wide ring of a process's stream (`EventMode::CpuFiltered`): only that process's samples
     /// count; the others are read and dropped, seen by no profile.
     pub filter: Option<TaskFilter>,
+    /// The ring is about to be dropped (its thread exited): the next drain reads its events' lost counts.
+    pub settle: bool,
+    /// A per-thread ring, which also holds its thread's task records (fork, exit): its Lost records count those
+    /// too, so its lost samples are its sampling event's own count alone.
+    pub samples_lost_from_event: bool,
 }
 
 /// The task a processor-wide filtered ring's samples must come from: its process id, less the library's own
@@ -83,6 +89,8 @@ impl CpuRing {
             throttled_counted: 0,
             drained_before: 0,
             filter: None,
+            settle: false,
+            samples_lost_from_event: false,
         }
     }
 }
@@ -133,6 +141,9 @@ pub(super) struct StreamDispatch {
     /// Samples of a per-thread ring by processor during one ring's drain (sized when rings are added, so the
     /// hot path never allocates); the last slot takes samples of a processor beyond the others.
     pub(super) cpu_seen: Vec<u64>,
+    /// A per-thread stream: where its rings' fork and exit records go, and what its threads ran unobserved.
+    pub(super) notes: Option<Notes>,
+    pub(super) gap: Option<Gap>,
 }
 
 impl Active {
@@ -176,6 +187,8 @@ impl StreamDispatch {
             stale: false,
             fill: Fill::default(),
             cpu_seen: Vec::new(),
+            notes: None,
+            gap: None,
         }
     }
 
@@ -215,7 +228,7 @@ impl StreamDispatch {
         // `active`).
         let scan = self.stale && exact;
         if self.stale && !exact {
-            if !self.rings.iter().any(|r| r.ring.has_data()) {
+            if !self.rings.iter().any(|r| r.ring.has_data() || r.settle) {
                 // Nothing to match: keep the rebuild for later.
                 return 0;
             }
@@ -228,13 +241,17 @@ impl StreamDispatch {
             self.stale = false;
         }
         let StreamDispatch {
+            id,
             rings,
             active,
             index,
             fill,
             cpu_seen,
+            notes,
+            gap,
             ..
         } = self;
+        let (stream, notes) = (*id, notes.as_ref());
         let mut records = 0;
         let spill = cpu_seen.len().saturating_sub(1);
         for r in rings.iter_mut() {
@@ -273,6 +290,16 @@ impl StreamDispatch {
                 Record::Lost(n) => lost += n,
                 Record::Throttle => throttles += 1,
                 Record::Unthrottle => unthrottles += 1,
+                Record::Fork { pid, tid } => {
+                    if let Some(n) = notes {
+                        n.send(TaskNote::Born { stream, pid, tid });
+                    }
+                }
+                Record::Exit { tid, .. } => {
+                    if let Some(n) = notes {
+                        n.send(TaskNote::Died { stream, tid });
+                    }
+                }
                 Record::Other => {}
             });
             r.throttles += throttles;
@@ -284,10 +311,20 @@ impl StreamDispatch {
             let dropped =
                 may_have_dropped(r.drained_before, drained, nearly_full, lost, ring_bytes);
             r.drained_before = drained;
+            if lost > 0
+                && let Some(n) = notes
+            {
+                // A fork or exit record may be among the drops: the helper scans the thread list.
+                n.rescan();
+            }
             if !r.lost_fds.is_empty() {
                 r.lost_records += lost;
-                let mut total = r.lost_records;
-                if dropped || exact {
+                let mut total = if r.samples_lost_from_event {
+                    r.lost_counted
+                } else {
+                    r.lost_records
+                };
+                if dropped || exact || r.settle {
                     // Every event that writes into the ring counts its own drops (an event whose read fails
                     // adds nothing: the Lost records still bound the total from below).
                     let counted: u64 = r
@@ -328,6 +365,14 @@ impl StreamDispatch {
                     }
                     cpu_seen.iter_mut().for_each(|n| *n = 0);
                 }
+            }
+        }
+        // What threads created later ran before their sampling events were opened: samples never taken, lost for
+        // every profile of the stream (they name no processor).
+        if exact && let Some(g) = gap.as_mut() {
+            let missed = g.settle(rings.iter().map(|r| r.fd));
+            for a in active.iter_mut() {
+                a.pending.lost += missed;
             }
         }
         for a in active.iter_mut() {

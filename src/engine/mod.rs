@@ -10,7 +10,9 @@
 //! - `consumer`: the consumer thread's loop (requests, the stop barrier's ack) and the request link to it;
 //! - `dispatch`: a stream's drain, the hot path (decode → match → increment, statistics);
 //! - `cadence`: how long the consumer sleeps between timed drains;
-//! - `jitter`: the jitter thread (period draws);
+//! - `jitter`: the helper thread (period draws; the events of threads a per-thread stream sees created);
+//! - `follow`: what the consumer passes to the helper thread about a per-thread stream's threads, and what
+//!   those threads ran before their events were opened;
 //! - `mode`: the layout of a stream's events (per thread, or per thread and processor) chosen from the budgets;
 //! - `counters`: what is counted into (`Counts`, counter storage, statistics);
 //! - `index`: the range index that finds the profiles a sample belongs to.
@@ -22,6 +24,7 @@ mod cadence;
 pub(crate) mod consumer;
 pub(crate) mod counters;
 mod dispatch;
+mod follow;
 pub(crate) mod index;
 mod jitter;
 pub(crate) mod mode;
@@ -368,6 +371,19 @@ impl Engine {
                 self.drop_stream_if_unused(sid);
                 return Err(e);
             }
+            if let Some(f) = &s.follow
+                && first_new == 0
+                && let Err(e) = self.request(|ack| Msg::Follow {
+                    stream: sid,
+                    counters: f.counters.clone(),
+                    period: f.period.clone(),
+                    ack,
+                })
+            {
+                drop(s);
+                self.drop_stream_if_unused(sid);
+                return Err(e);
+            }
             if let Some(threads) = &self.threads {
                 schedule_jitter(threads, &shared, &mut s);
             }
@@ -392,7 +408,13 @@ impl Engine {
             }
         }
         s.profiles += 1;
+        let follow = s.follow.is_some() && first_new == 0 && s.profiles == 1;
         drop(s);
+        if follow && let Some(threads) = &self.threads {
+            // Threads created since the start's last scan of the thread list, before the events were enabled,
+            // wrote no fork record: the helper looks for them at once, and follows the stream from now on.
+            threads.follow(&shared);
+        }
         self.started.insert(counts.id, sid);
         if let Some(status) = failed {
             self.started.remove(&counts.id);

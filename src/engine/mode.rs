@@ -5,10 +5,11 @@
 //!
 //! - [`EventMode::ThreadCpu`]: one event per (thread × processor) with `inherit`, one ring per processor
 //!   (`PERF_EVENT_IOC_SET_OUTPUT`): `threads × cpus` descriptors, `cpus` rings.
-//! - [`EventMode::PerThread`]: per thread, one `inherit` event on any processor writing into the ring of a
-//!   `dummy` event of the same thread (the kernel shares a per-thread ring only within its thread, and refuses
-//!   to map an `inherit` event on any processor): `2 × threads` descriptors, `threads` small rings; each sample
-//!   carries its processor, and the consumer applies the affinity from it.
+//! - [`EventMode::PerThread`]: per thread, one sampling event on any processor without `inherit`, owning a small
+//!   ring, and for each thread of the start one counting event with `inherit`; threads created later get their
+//!   sampling event from the helper thread when their fork record is read: `3 × threads` descriptors at the start
+//!   (two more per thread created later: the sampling event and a `dummy` event for its fork and exit records), `threads` small rings; each sample carries its processor, and the
+//!   consumer applies the affinity from it.
 //! - [`EventMode::CpuFiltered`]: one event per processor for every task, of which only the target's samples are
 //!   counted (each sample carries its process and thread): `cpus` descriptors and rings, however many threads.
 //!   It needs the privilege to observe every process (CAP_PERFMON, CAP_SYS_ADMIN, or
@@ -176,7 +177,8 @@ pub(crate) struct Plan {
 pub(crate) fn descriptors(mode: EventMode, threads: u64, cpus: u64) -> u64 {
     match mode {
         EventMode::ThreadCpu => threads.saturating_mul(cpus),
-        EventMode::PerThread => threads.saturating_mul(2),
+        // Its sampling event, its task-record event, and the inherited counter of a thread of the start.
+        EventMode::PerThread => threads.saturating_mul(3),
         EventMode::Cpu | EventMode::CpuFiltered => cpus,
     }
 }
@@ -241,12 +243,23 @@ pub(crate) fn choose(
         Some(EventMode::PerThread) => per_thread(),
         Some(EventMode::CpuFiltered) => cpu_filtered(),
         Some(_) => thread_cpu(),
+        // Past the usual soft limit, the layout whose descriptors do not grow with threads × processors: with
+        // the privilege, one event per processor; without it, per-thread events, where they take fewer
+        // descriptors than (thread × processor) ones (more than two processors).
         None if descriptors(EventMode::ThreadCpu, threads, cpus) > THREAD_CPU_PREFERRED_UP_TO => {
-            cpu_filtered().or_else(thread_cpu).or_else(per_thread)
+            cpu_filtered()
+                .or_else(|| {
+                    (descriptors(EventMode::PerThread, threads, cpus)
+                        < descriptors(EventMode::ThreadCpu, threads, cpus))
+                    .then(per_thread)
+                    .flatten()
+                })
+                .or_else(thread_cpu)
+                .or_else(per_thread)
         }
-        // (Thread × processor) events first wherever the descriptors allow them; per-thread events where they
-        // do not (see docs/limits.md for the case where a per-thread stream of another process that exits
-        // under load was measured to miss samples without counting them as lost).
+        // Below it, (thread × processor) events wherever the descriptors allow them: few, and a thread created
+        // later is observed from its first instruction (per-thread events observe it from the moment the helper
+        // thread opens its event; what it ran before is counted as lost).
         None => thread_cpu().or_else(cpu_filtered).or_else(per_thread),
     };
     found.ok_or_else(|| shortfall(threads, cpus, forced, budget))
@@ -366,6 +379,17 @@ mod tests {
         );
         assert_eq!(
             choose(1000, 2, None, &b).unwrap().mode,
+            EventMode::ThreadCpu
+        );
+        // Where the hard limit would hold 96,000 (thread × processor) events, per-thread events still take
+        // 2,000 instead; below 1,024 of them, (thread × processor) events (a later thread observed at once).
+        let roomy = budget(200_000, Some(9 << 20));
+        assert_eq!(
+            choose(1000, 96, None, &roomy).unwrap().mode,
+            EventMode::PerThread
+        );
+        assert_eq!(
+            choose(10, 96, None, &roomy).unwrap().mode,
             EventMode::ThreadCpu
         );
         // No room for 1000 rings: (thread × processor) if the descriptors allow it.

@@ -2,7 +2,7 @@
 //! appeared is done again), the first event of each CPU owning the CPU's ring and the others redirected into
 //! it, the rings mapped within the locked-memory budget; an exited process gets a stream with no event.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
 
@@ -16,12 +16,13 @@ use crate::perf::ring::{Ring, SampleLayout};
 use crate::perf::sys::{self, Tid};
 use crate::status::NtStatus;
 use crate::target::Target;
+pub(crate) use per_thread::open_later;
 
 /// Data pages per ring (a power of two): 64 pages = 256 KiB, shrunk step by step when the locked-memory budget
 /// (`perf_event_mlock_kb` per CPU plus `RLIMIT_MEMLOCK`) is short.
 pub(crate) const RING_PAGES: usize = 64;
 /// How many times a start re-scans the thread list looking for threads created meanwhile.
-const RESCAN_LIMIT: usize = 64;
+pub(super) const RESCAN_LIMIT: usize = 64;
 
 /// Open the events of `target` on `cpus`: one per (thread × CPU), the first of each CPU owning the CPU's ring,
 /// the others redirected into it.
@@ -56,12 +57,41 @@ pub(super) fn open_cpus(
             Some(p) => p,
             None => *plan.insert(plan_for(target, &scan, cpus, skip, keep_mode)?),
         };
-        params.sample_cpu = chosen.mode == EventMode::PerThread;
+        let per_thread = chosen.mode == EventMode::PerThread;
+        params.sample_cpu = per_thread;
+        // Only (thread × processor) events are inherited: per-thread events are opened for each thread as it
+        // appears (an inherited event could not own its ring), and processor-wide ones have no task.
+        params.inherit_threads = chosen.mode == EventMode::ThreadCpu;
         // Every layout counts its rings' drops from the events as well as from the Lost records: a ring still
         // full when its writers stop (the target exits, the profile stops) gets no Lost record for its last drops.
         params.read_lost = !lost_unsupported;
         if chosen.mode == EventMode::CpuFiltered {
             return open_filtered(params, target, cpus, skip, chosen);
+        }
+        if per_thread {
+            match per_thread::open_per_thread(params, target, &scan, skip, chosen) {
+                Ok(Some(opened)) => return Ok(opened),
+                Ok(None) => continue,
+                Err(NtStatus::INSUFFICIENT_RESOURCES)
+                    if keep_mode.is_none() && mode::forced_mode().is_none() =>
+                {
+                    // Per-thread rings chosen from an estimate of the locked-memory budget (other processes of
+                    // the user share it) that ran short: (thread × processor) events, when the descriptors
+                    // allow them.
+                    if let Ok(other) = mode::choose(
+                        scan.len().max(1) as u64,
+                        cpus.len() as u64,
+                        Some(EventMode::ThreadCpu),
+                        &Budget::now(),
+                    ) {
+                        let _ = mode::take_shortfall();
+                        plan = Some(other);
+                        continue;
+                    }
+                    return Err(NtStatus::INSUFFICIENT_RESOURCES);
+                }
+                Err(status) => return Err(status),
+            }
         }
         let mut pass = Pass::new(&mut *params, cpus, target, chosen);
         let observed = scan
@@ -70,24 +100,6 @@ pub(super) fn open_cpus(
             .try_for_each(|&tid| pass.observe(tid));
         lost_unsupported |= pass.lost_unsupported;
         if let Err(status) = observed {
-            // Per-thread rings chosen from an estimate of the locked-memory budget (other processes of the user
-            // share it) that ran short: (thread × processor) events, when the descriptors allow them.
-            if status == NtStatus::INSUFFICIENT_RESOURCES
-                && chosen.mode == EventMode::PerThread
-                && keep_mode.is_none()
-                && mode::forced_mode().is_none()
-                && let Ok(other) = mode::choose(
-                    scan.len().max(1) as u64,
-                    cpus.len() as u64,
-                    Some(EventMode::ThreadCpu),
-                    &Budget::now(),
-                )
-            {
-                drop(pass);
-                let _ = mode::take_shortfall();
-                plan = Some(other);
-                continue;
-            }
             return Err(pass.failed(status));
         }
         let fresh: Vec<Tid> = target
@@ -187,7 +199,7 @@ fn plan_for(
 
 /// How long a pass that found no thread to observe waits for the process to finish exiting before scanning
 /// again.
-const EXIT_WAIT_MS: u16 = 10;
+pub(super) const EXIT_WAIT_MS: u16 = 10;
 
 /// What a successful pass opened.
 pub(super) struct Opened {
@@ -201,6 +213,12 @@ pub(super) struct Opened {
     pub(super) mode: Option<EventMode>,
     /// Bytes of the rings' mappings.
     pub(super) ring_bytes: usize,
+    /// Per thread: the inherited counting events of the threads of the start.
+    pub(super) counters: Vec<RawFd>,
+    /// Per thread: each thread's sampling event and task-record event.
+    pub(super) thread_fds: Vec<(Tid, (RawFd, RawFd))>,
+    /// Per thread: the data pages of the last ring mapped (the size for threads opened later).
+    pub(super) pages: usize,
 }
 
 impl Opened {
@@ -212,6 +230,9 @@ impl Opened {
             tids: Vec::new(),
             mode: None,
             ring_bytes: 0,
+            counters: Vec::new(),
+            thread_fds: Vec::new(),
+            pages: 0,
         }
     }
 }
@@ -241,6 +262,10 @@ struct Pass<'a> {
     lost_unsupported: bool,
     /// Processor-wide filtered events: the task their rings' samples must come from.
     filter: Option<TaskFilter>,
+    /// Per thread: the inherited counting events opened, each thread's sampling event, and the threads tried.
+    counters: Vec<RawFd>,
+    thread_fds: Vec<(Tid, (RawFd, RawFd))>,
+    known: std::collections::BTreeSet<Tid>,
 }
 
 impl<'a> Pass<'a> {
@@ -267,6 +292,9 @@ impl<'a> Pass<'a> {
             ring_bytes: 0,
             lost_unsupported: false,
             filter: None,
+            counters: Vec::new(),
+            thread_fds: Vec::new(),
+            known: std::collections::BTreeSet::new(),
         }
     }
 
@@ -302,11 +330,8 @@ impl<'a> Pass<'a> {
         status
     }
 
-    /// Open thread `tid`'s events: on every CPU of the pass, or its per-thread pair.
+    /// Open thread `tid`'s events on every CPU of the pass.
     fn observe(&mut self, tid: Tid) -> Result<(), NtStatus> {
-        if self.plan.mode == EventMode::PerThread {
-            return self.observe_per_thread(tid);
-        }
         for ci in 0..self.cpus.len() {
             let cpu = self.cpus[ci];
             let Some(fd) = self.open_event(tid, Some(cpu))? else {
@@ -421,23 +446,25 @@ impl<'a> Pass<'a> {
         }
     }
 
-    /// True when every processor of the pass has its ring (some thread was observed on each); per thread, when
-    /// some thread was observed.
+    /// True when every processor of the pass has its ring (some thread was observed on each).
     fn complete(&self) -> bool {
-        match self.plan.mode {
-            EventMode::PerThread => !self.rings.is_empty(),
-            _ => self.rings.len() == self.cpus.len(),
-        }
+        self.rings.len() == self.cpus.len()
     }
 
     fn finish(mut self) -> Opened {
         self.tids.sort_unstable();
+        let pages = self.rings.last().map_or(self.plan.pages, |r| {
+            r.ring.map_len() / crate::perf::ring::page_size() - 1
+        });
         Opened {
             fds: self.fds,
             rings: self.rings,
             tids: self.tids,
             mode: Some(self.plan.mode),
             ring_bytes: self.ring_bytes,
+            counters: self.counters,
+            thread_fds: self.thread_fds,
+            pages,
         }
     }
 }

@@ -6,7 +6,9 @@
 //! own lock, and the jitter thread, which re-draws its period under the stream's lock only. Lock order: the
 //! engine's lock, then a stream's; the jitter thread takes no other lock, and the consumer thread none.
 
-use std::os::fd::{AsFd, OwnedFd, RawFd};
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
@@ -14,7 +16,7 @@ use super::consumer::{ConsumerLink, Msg};
 use super::counters::StreamId;
 use super::dispatch::CpuRing;
 use super::mode::EventMode;
-use super::open::{Opened, RING_PAGES, open_cpus, watermark_for};
+use super::open::{Opened, RING_PAGES, open_cpus, open_later, watermark_for};
 use crate::affinity::CpuSet;
 use crate::perf::event::{self, EventParams};
 use crate::perf::sys::Tid;
@@ -68,6 +70,21 @@ pub(crate) struct Stream {
     pub(super) ring_bytes: usize,
     /// Its rings.
     pub(super) rings: usize,
+    /// A per-thread stream: its threads and their sampling events, for the threads created later.
+    pub(super) follow: Option<Follow>,
+}
+
+/// What a per-thread stream keeps to open the events of threads created after its start and close those of
+/// threads that exited.
+pub(crate) struct Follow {
+    /// Every thread with a sampling event of its own: that event and the thread's task-record event.
+    pub(super) known: BTreeMap<Tid, (RawFd, RawFd)>,
+    /// The inherited counting events of the threads of the start.
+    pub(super) counters: Vec<RawFd>,
+    /// Data pages of a new thread's ring.
+    pub(super) pages: usize,
+    /// The stream's base period, which the consumer divides the counters' excess by (shared with it).
+    pub(super) period: Arc<AtomicU64>,
 }
 
 impl Stream {
@@ -115,6 +132,7 @@ impl Stream {
             mode: None,
             ring_bytes: 0,
             rings: 0,
+            follow: None,
         })
     }
 
@@ -137,7 +155,18 @@ impl Stream {
             tids,
             mode,
             ring_bytes,
+            counters,
+            thread_fds,
+            pages,
         } = open_cpus(&mut self.params, &self.key.target, &missing, own, self.mode)?;
+        if mode == Some(EventMode::PerThread) {
+            self.follow = Some(Follow {
+                known: thread_fds.into_iter().collect(),
+                counters,
+                pages,
+                period: Arc::new(AtomicU64::new(self.params.period)),
+            });
+        }
         // A thread is observed directly only if it has its own events on every CPU of the stream.
         self.tids = if self.fds.is_empty() {
             tids
@@ -171,6 +200,10 @@ impl Stream {
     /// a per-CPU global stream, which has no inherited copies) the ioctl reaches every event. If a re-open fails
     /// (descriptors short: both sets exist for a moment), the ioctl is applied to the events opened directly.
     pub(super) fn apply_period(&mut self, period: u64, link: &ConsumerLink, own: &[Tid]) {
+        if let Some(f) = &self.follow {
+            // Relaxed: a value read at the consumer's next settling drain, which orders nothing else.
+            f.period.store(self.params.period, Ordering::Relaxed);
+        }
         if self.has_inherited_threads(own) && self.reopen(period, link, own).is_ok() {
             return;
         }
@@ -182,8 +215,14 @@ impl Stream {
 
     /// True when the stream observes a thread through inheritance only (created after its events opened).
     fn has_inherited_threads(&self, own: &[Tid]) -> bool {
-        // Per-processor events (global or filtered) have no inherited copies.
-        if self.key.target.is_global() || self.mode == Some(EventMode::CpuFiltered) {
+        // Per-processor events (global or filtered) have no inherited copies, nor has a per-thread stream (each
+        // of its threads has its own sampling event).
+        if self.key.target.is_global()
+            || matches!(
+                self.mode,
+                Some(EventMode::CpuFiltered | EventMode::PerThread)
+            )
+        {
             return false;
         }
         match self.key.target.threads() {
@@ -235,5 +274,83 @@ impl Stream {
         // The consumer has drained and unmapped the old rings: the old descriptors can close.
         drop(old);
         result
+    }
+
+    /// Open the sampling events of threads of this per-thread stream created after its start: `born` (from
+    /// fork records) and any other thread of the target without one (less `own`, the library's threads); they
+    /// are enabled at once when the stream is started. Returns the new rings for the consumer (none for another
+    /// layout, or a stream the engine removed).
+    pub(super) fn open_born(
+        &mut self,
+        born: &[Tid],
+        own: &[Tid],
+    ) -> Result<Vec<CpuRing>, NtStatus> {
+        let Some(follow) = &self.follow else {
+            return Ok(Vec::new());
+        };
+        if self.removed || self.key.target.has_exited() {
+            return Ok(Vec::new());
+        }
+        let opened = open_later(
+            &mut self.params,
+            &self.key.target,
+            born,
+            &follow.known,
+            own,
+            follow.pages,
+        )?;
+        if self.profiles > 0 {
+            for fd in &opened.fds {
+                let _ = event::enable(fd.as_fd());
+            }
+        }
+        if let Some(f) = &mut self.follow {
+            f.known.extend(opened.thread_fds);
+        }
+        self.fds.extend(opened.fds);
+        self.ring_bytes += opened.ring_bytes;
+        self.rings += opened.rings.len();
+        Ok(opened.rings)
+    }
+
+    /// The sampling events of the threads `died` (exited) of this per-thread stream, for the consumer to drain
+    /// and unmap their rings before [`close_events`](Self::close_events) closes them.
+    pub(super) fn events_of(&self, died: &[Tid]) -> Vec<RawFd> {
+        let Some(f) = &self.follow else {
+            return Vec::new();
+        };
+        died.iter()
+            .filter_map(|t| f.known.get(t).map(|e| e.0))
+            .collect()
+    }
+
+    /// The threads with events of their own that are no longer in the target's thread list.
+    pub(super) fn vanished(&self) -> Vec<Tid> {
+        let (Some(f), Ok(now)) = (&self.follow, self.key.target.threads()) else {
+            return Vec::new();
+        };
+        f.known
+            .keys()
+            .filter(|t| now.binary_search(t).is_err())
+            .copied()
+            .collect()
+    }
+
+    /// Close the events of the exited threads `died` (their rings already unmapped by the consumer).
+    pub(super) fn close_events(&mut self, died: &[Tid]) {
+        let Some(f) = &mut self.follow else {
+            return;
+        };
+        let gone: Vec<RawFd> = died
+            .iter()
+            .filter_map(|t| f.known.remove(t))
+            .flat_map(|(sampling, records)| [sampling, records])
+            .collect();
+        let pages = f.pages;
+        self.fds.retain(|fd| !gone.contains(&fd.as_raw_fd()));
+        let rings = gone.len() / 2;
+        self.rings = self.rings.saturating_sub(rings);
+        let page = crate::perf::ring::page_size();
+        self.ring_bytes = self.ring_bytes.saturating_sub(rings * (pages + 1) * page);
     }
 }

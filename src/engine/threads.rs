@@ -1,5 +1,5 @@
 //! The lifecycles of the library's two threads: the consumer thread (reads the rings, counts) and the jitter
-//! thread (re-draws jittered periods). Both start with the first stream (or earlier, for a sampler of the
+//! thread (re-draws jittered periods, and opens the events of threads a per-thread stream sees created). Both start with the first stream (or earlier, for a sampler of the
 //! calling process: `engine::pin_threads`) and stop when the last stream closes and no sampler of the calling
 //! process is left, so an idle process keeps no thread of ours; neither is ever observed, and both block every
 //! signal.
@@ -7,6 +7,7 @@
 //! The consumer thread is created while no stream exists and before any sampler of the calling process opens
 //! its events, and it creates the jitter thread itself, so neither inherits a perf event.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -14,6 +15,7 @@ use std::time::Duration;
 use crossbeam::channel::{Sender, bounded, unbounded};
 
 use super::consumer::{Consumer, ConsumerLink};
+use super::follow::{NOTES_CAPACITY, Notes};
 use super::jitter::{self, JitterMsg};
 use super::stream::{SharedStream, Stream};
 use crate::perf::proc;
@@ -37,7 +39,9 @@ impl Threads {
     pub(super) fn spawn() -> Result<Threads, NtStatus> {
         let waker = Arc::new(Waker::new()?);
         let (tx, rx) = unbounded();
-        let consumer = Consumer::new(rx, waker.clone())?;
+        let (notes_tx, notes_rx) = bounded(NOTES_CAPACITY);
+        let overflow = Arc::new(AtomicBool::new(false));
+        let consumer = Consumer::new(rx, waker.clone(), Notes::new(notes_tx, overflow.clone()))?;
         let (tid_tx, tid_rx) = bounded(2);
         let (jitter_tx, jitter_rx) = unbounded::<JitterMsg>();
         let thread = std::thread::Builder::new()
@@ -53,7 +57,7 @@ impl Threads {
                     .spawn(move || {
                         sys::block_all_signals();
                         let _ = tid_tx.send(Some(gettid()));
-                        jitter::run(jitter_rx);
+                        jitter::run(jitter_rx, notes_rx, overflow);
                     });
                 consumer.run();
                 // The engine dropped the jitter thread's channel before asking us to exit.
@@ -94,6 +98,15 @@ impl Threads {
     }
 
     /// Have the jitter thread draw `stream`'s next period now (its `jitter_next` is due).
+    /// Have the helper thread follow a started per-thread stream: open the events of the threads it sees
+    /// created, close those of the threads that exit, and look at once for threads created since the start's
+    /// last scan of the thread list.
+    pub(super) fn follow(&self, stream: &SharedStream) {
+        if let Some((_, tx)) = &self.jitter {
+            let _ = tx.send(JitterMsg::Follow(Arc::downgrade(stream)));
+        }
+    }
+
     pub(super) fn watch_jitter(&self, stream: &SharedStream) {
         if let Some((_, tx)) = &self.jitter {
             let weak: Weak<std::sync::Mutex<Stream>> = Arc::downgrade(stream);

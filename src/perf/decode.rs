@@ -14,6 +14,8 @@ pub(super) const RECORD_THROTTLE: u32 = bindings::PERF_RECORD_THROTTLE;
 pub(super) const RECORD_UNTHROTTLE: u32 = bindings::PERF_RECORD_UNTHROTTLE;
 pub(super) const RECORD_SAMPLE: u32 = bindings::PERF_RECORD_SAMPLE;
 pub(super) const RECORD_LOST_SAMPLES: u32 = bindings::PERF_RECORD_LOST_SAMPLES;
+pub(super) const RECORD_FORK: u32 = bindings::PERF_RECORD_FORK;
+pub(super) const RECORD_EXIT: u32 = bindings::PERF_RECORD_EXIT;
 
 /// One 8-byte word of the ring: records and their fields are 8-aligned `u64`s.
 pub(super) const WORD: u64 = std::mem::size_of::<u64>() as u64;
@@ -35,6 +37,9 @@ const REGS_ABI_NONE: u64 = bindings::PERF_SAMPLE_REGS_ABI_NONE as u64;
 const LOST_LOST: u64 = HEADER + WORD;
 /// `PERF_RECORD_LOST_SAMPLES`: `u64 lost` after the header.
 const LOST_SAMPLES_LOST: u64 = HEADER;
+/// `PERF_RECORD_FORK` and `PERF_RECORD_EXIT`: `u32 pid, ppid, tid, ptid; u64 time` after the header.
+const TASK_PID: u64 = HEADER;
+const TASK_TID: u64 = HEADER + WORD;
 
 /// `Record::Sample::cpu` of a sample that does not record its processor.
 pub const NO_CPU: u32 = u32::MAX;
@@ -72,6 +77,20 @@ pub enum Record {
     Lost(u64),
     /// `PERF_RECORD_THROTTLE`: the kernel throttled the event.
     Throttle,
+    /// `PERF_RECORD_FORK` (an event with `task` set): the task created thread `tid` of process `pid`.
+    Fork {
+        /// The new thread's process.
+        pid: u32,
+        /// The new thread.
+        tid: u32,
+    },
+    /// `PERF_RECORD_EXIT` (an event with `task` set): thread `tid` of process `pid` exited.
+    Exit {
+        /// The thread's process.
+        pid: u32,
+        /// The thread.
+        tid: u32,
+    },
     /// `PERF_RECORD_UNTHROTTLE`.
     Unthrottle,
     /// Anything else (ignored).
@@ -138,6 +157,14 @@ pub(crate) fn decode(
             }
             RECORD_THROTTLE => Record::Throttle,
             RECORD_UNTHROTTLE => Record::Unthrottle,
+            RECORD_FORK | RECORD_EXIT if size >= TASK_TID + WORD => {
+                let (pid, tid) = (word(pos + TASK_PID) as u32, word(pos + TASK_TID) as u32);
+                if kind == RECORD_FORK {
+                    Record::Fork { pid, tid }
+                } else {
+                    Record::Exit { pid, tid }
+                }
+            }
             _ => Record::Other,
         };
         sink(rec);
@@ -242,6 +269,36 @@ mod tests {
                 },
                 Record::Lost(3),
                 Record::Throttle
+            ]
+        );
+    }
+
+    #[test]
+    fn decodes_fork_and_exit_records() {
+        let layout = SampleLayout::default();
+        // FORK of thread 12 of process 10 by thread 11; EXIT of thread 12; a record too short to hold a tid.
+        let words = [
+            header(RECORD_FORK, 32),
+            (10u64 << 32) | 10,
+            (11u64 << 32) | 12,
+            77,
+            header(RECORD_EXIT, 32),
+            (10u64 << 32) | 10,
+            (11u64 << 32) | 12,
+            78,
+            header(RECORD_EXIT, 16),
+            10,
+        ];
+        let data = ring_of(&words, 128);
+        let mut got = Vec::new();
+        let (pos, n) = decode_slice(&data, 0, 8 * words.len() as u64, layout, |r| got.push(r));
+        assert_eq!((pos, n), (80, 3));
+        assert_eq!(
+            got,
+            [
+                Record::Fork { pid: 10, tid: 12 },
+                Record::Exit { pid: 10, tid: 12 },
+                Record::Other
             ]
         );
     }

@@ -249,35 +249,6 @@ fn open_on(params: &EventParams, tid: Tid, cpu: Option<usize>) -> Result<OwnedFd
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
-/// Open the owner of a per-thread ring: a software `dummy` event of thread `tid` on any processor, which counts
-/// and samples nothing; it is only mapped, and the thread's sampling event writes into its ring
-/// (`PERF_EVENT_IOC_SET_OUTPUT` accepts a per-thread ring only from an event of the same thread). The ring's
-/// wake-up watermark is the owner's: `wakeup_watermark` bytes.
-///
-/// # Errors
-/// The errno of `perf_event_open(2)`.
-pub fn open_ring_owner(tid: Tid, wakeup_watermark: usize) -> Result<OwnedFd, Errno> {
-    let dummy = PerfEventSpec {
-        type_: abi::TYPE_SOFTWARE,
-        config: u64::from(bindings::PERF_COUNT_SW_DUMMY),
-        config1: 0,
-        config2: 0,
-        name: "dummy",
-    };
-    let mut builder = Builder::new(SpecEvent(dummy));
-    builder
-        .observe_pid(tid.0)
-        .any_cpu()
-        .exclude_kernel(true)
-        .exclude_hv(true)
-        .wakeup_watermark(wakeup_watermark)
-        .enabled(false);
-    let counter = builder.build().map_err(|e| errno_of(&e))?;
-    let raw = counter.into_raw_fd();
-    // SAFETY: `into_raw_fd` hands us sole ownership of a valid, open descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
-}
-
 /// Open the first event of a hardware stream with the most precise `precise_ip` the PMU accepts: try 3, 2, 1,
 /// then 0, stepping down on EINVAL/EOPNOTSUPP, and record the level that worked in `params` for the stream's
 /// other events. Software events always use 0.

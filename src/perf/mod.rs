@@ -6,6 +6,7 @@
 //! ([`nix::errno::Errno`]); the engine turns them into an `NtStatus`, once, at its boundary.
 //!
 //! - [`event`]: [`PerfEventSpec`], opening events, the precise-ip step-down, the perf ioctls;
+//!   [`thread_events`]: the task-record and inherited counting events of a per-thread stream;
 //! - [`ring`]: the mmap ring and its lock-free read protocol; `decode`: the engine's record decoder;
 //! - [`sys`]: [`Tid`], epoll, eventfd, signals, fork handlers, pidfds, rlimits, own-memory reads and writes;
 //! - [`proc`]: `/proc` and `/sys` reads;
@@ -27,6 +28,7 @@ pub mod ring;
 pub mod sampler_decode;
 pub mod sampler_event;
 pub mod sys;
+pub mod thread_events;
 
 pub use event::PerfEventSpec;
 pub use sys::Tid;

@@ -199,6 +199,28 @@ pub fn read_count_and_lost(fd: RawFd) -> Result<(u64, u64), Errno> {
     }
 }
 
+/// Read a perf event's count: the first word of whatever its `read_format` gives (the count, for an event opened
+/// with no read_format bit or with `PERF_FORMAT_LOST` alone).
+///
+/// # Errors
+/// The errno of `read(2)`, or EIO for a short read.
+pub fn read_count(fd: RawFd) -> Result<u64, Errno> {
+    let mut values = [0u64; 2];
+    // SAFETY: reads at most 16 bytes into a live, writable array of two u64; `fd` is open (the caller owns it).
+    let n = unsafe {
+        libc::read(
+            fd,
+            values.as_mut_ptr().cast(),
+            std::mem::size_of_val(&values),
+        )
+    };
+    match n {
+        8 | 16 => Ok(values[0]),
+        n if n < 0 => Err(Errno::last()),
+        _ => Err(Errno::EIO),
+    }
+}
+
 /// Block every signal in the calling thread (a thread of the library: process-directed signals are for the
 /// program's threads).
 pub fn block_all_signals() {

@@ -1,84 +1,199 @@
-//! The per-thread layout of a pass: for each thread, a `dummy` event that owns a small ring, and the sampling
-//! event (`inherit`, any processor) redirected into it. Threads created later inherit the sampling event, and
-//! their copies write into the ring of the event they inherited from (the kernel sends an inherited event's
-//! records to its parent's ring), so they are observed exactly once, as in the (thread × processor) layout.
+//! The per-thread layout: for each thread, its sampling event on any processor, without `inherit`, owning a small
+//! ring that only this thread writes; a `dummy` event of the thread redirected into that ring, which tells of the
+//! threads it creates (`PERF_RECORD_FORK`) and of its exit (`PERF_RECORD_EXIT`); and for each thread of the
+//! start, one counting event with `inherit` (no ring), whose count takes in every thread it creates from the
+//! moment that thread exists.
+//!
+//! Threads created after the start are opened as they appear: the consumer hands the fork records to the
+//! library's helper thread, which opens the new thread's sampling event (and scans the thread list for threads
+//! created before their creator was observed). What such a thread ran before its event was opened is the
+//! difference between the counting events and the sampling events, reported as lost: every sample is counted,
+//! counted outside, or reported as lost, and no ring is written from two processors at once.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
 
-use super::{CpuRing, Pass, map_ring, watermark_for};
-use crate::perf::event;
+use super::{CpuRing, EXIT_WAIT_MS, Opened, Pass, RESCAN_LIMIT, map_ring, watermark_for};
+use crate::affinity::CpuSet;
+use crate::engine::mode::Plan;
+use crate::perf::event::{self, EventParams};
 use crate::perf::ring::Ring;
-use crate::perf::sys::Tid;
+use crate::perf::sys::{self, Tid};
+use crate::perf::thread_events;
 use crate::status::NtStatus;
+use crate::target::Target;
+
+/// Open a per-thread stream's events for the threads of `scan` (less `skip`), then for the threads created while
+/// they were opened. `Ok(None)`: the process lives on but none of its threads could be observed (it is exiting):
+/// scan again.
+pub(super) fn open_per_thread(
+    params: &mut EventParams,
+    target: &Target,
+    scan: &[Tid],
+    skip: &[Tid],
+    plan: Plan,
+) -> Result<Option<Opened>, NtStatus> {
+    let cpus = crate::affinity::online_cpus();
+    let mut pass = Pass::new(params, &cpus, target, plan);
+    for &tid in scan.iter().filter(|t| !skip.contains(t)) {
+        if let Err(status) = pass.observe_per_thread(tid, true) {
+            return Err(pass.failed(status));
+        }
+    }
+    // Threads created meanwhile get their own sampling event, and no counter: the counter of a creator opened
+    // before them takes them in already, and every event is enabled at once when the profile starts, so
+    // nothing of them runs unobserved before that.
+    if let Err(status) = pass.observe_new(skip) {
+        return Err(pass.failed(status));
+    }
+    if target.has_exited() {
+        return Ok(Some(Opened::nothing()));
+    }
+    if pass.rings.is_empty() {
+        if let Target::Process(p) = target
+            && p.exited_within(EXIT_WAIT_MS)
+        {
+            return Ok(Some(Opened::nothing()));
+        }
+        return Ok(None);
+    }
+    Ok(Some(pass.finish()))
+}
+
+/// Open the sampling events of threads of a started per-thread stream that appeared after its start (`born`,
+/// and whatever the thread list holds beyond `known`), each with a ring of `pages` data pages (fewer when locked
+/// memory is short). Threads in `known` or `skip`, and threads that exited meanwhile, are left out.
+pub(crate) fn open_later(
+    params: &mut EventParams,
+    target: &Target,
+    born: &[Tid],
+    known: &std::collections::BTreeMap<Tid, (RawFd, RawFd)>,
+    skip: &[Tid],
+    pages: usize,
+) -> Result<Opened, NtStatus> {
+    let plan = Plan {
+        mode: crate::engine::mode::EventMode::PerThread,
+        pages,
+    };
+    let cpus = CpuSet::new();
+    let mut pass = Pass::new(params, &cpus, target, plan);
+    pass.known = known.keys().copied().collect();
+    for &tid in born {
+        if !skip.contains(&tid) && !pass.known.contains(&tid) {
+            pass.observe_per_thread(tid, false)?;
+        }
+    }
+    pass.observe_new(skip)?;
+    Ok(pass.finish())
+}
 
 impl Pass<'_> {
-    /// Open thread `tid`'s ring owner and sampling event, map the ring and redirect the event into it. A thread
-    /// that exits meanwhile is skipped (nothing of it is kept).
-    pub(super) fn observe_per_thread(&mut self, tid: Tid) -> Result<(), NtStatus> {
-        let Some((ring, owner)) = self.map_thread_ring(tid)? else {
+    /// Open thread `tid`'s sampling event and map its ring; with `counter`, its inherited counting event too. A
+    /// thread that exits meanwhile is skipped (nothing of it is kept).
+    pub(super) fn observe_per_thread(&mut self, tid: Tid, counter: bool) -> Result<(), NtStatus> {
+        let Some((ring, fd)) = self.map_thread_ring(tid)? else {
             return Ok(());
         };
-        let Some(fd) = self.open_event(tid, None)? else {
+        let Some(records) = self.open_side(|| thread_events::open_task_records(tid))? else {
             return Ok(());
         };
-        match event::set_output(fd.as_fd(), owner.as_fd()) {
+        match event::set_output(records.as_fd(), fd.as_fd()) {
             Ok(()) => {}
-            // The thread exited between the two opens: its events are dead.
+            // The thread exited between the opens: its events are dead.
             Err(Errno::ESRCH | Errno::ENOENT) => return Ok(()),
             Err(errno) => return Err(NtStatus::from(errno)),
         }
+        if counter {
+            let params = *self.params;
+            let Some(c) = self.open_side(|| thread_events::open_inherited_counter(&params, tid))?
+            else {
+                return Ok(());
+            };
+            self.counters.push(c.as_raw_fd());
+            self.fds.push(c);
+        }
         self.ring_bytes += ring.map_len();
-        let lost_fds = self.lost_fds(&fd);
-        self.rings
-            .push(CpuRing::new(None, ring, owner.as_raw_fd(), lost_fds));
-        self.fds.push(owner);
+        let mut cpu_ring = CpuRing::new(None, ring, fd.as_raw_fd(), self.lost_fds(&fd));
+        // The ring's Lost records count the task records it dropped too; the sampling event's own count is of
+        // samples alone.
+        cpu_ring.samples_lost_from_event = self.params.read_lost;
+        self.rings.push(cpu_ring);
+        self.thread_fds
+            .push((tid, (fd.as_raw_fd(), records.as_raw_fd())));
+        self.fds.push(records);
         self.fds.push(fd);
         self.tids.push(tid);
+        self.known.insert(tid);
         Ok(())
     }
 
-    /// The thread's ring owner and its ring of the plan's size, or smaller when locked memory is short (the
-    /// owner is then opened again with a watermark of a quarter of the ring that could be mapped: the kernel
+    /// Open the sampling events of the threads of the target not observed yet (less `skip`), scanning again
+    /// until a scan finds none (or [`RESCAN_LIMIT`] scans: a storm of thread creation is followed from the
+    /// threads' fork records then).
+    fn observe_new(&mut self, skip: &[Tid]) -> Result<(), NtStatus> {
+        for _ in 0..RESCAN_LIMIT {
+            let fresh: Vec<Tid> = self
+                .target
+                .threads()?
+                .into_iter()
+                .filter(|t| !skip.contains(t) && !self.known.contains(t))
+                .collect();
+            if fresh.is_empty() {
+                break;
+            }
+            for tid in fresh {
+                // Tried once: one that exited meanwhile is not tried again.
+                self.known.insert(tid);
+                self.observe_per_thread(tid, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Thread `tid`'s sampling event and its ring of the plan's size, or smaller when locked memory is short (the
+    /// event is then opened again with a watermark of a quarter of the ring that could be mapped: the kernel
     /// caps a watermark at the ring's size, and a ring that wakes the consumer only when full loses samples).
     /// `None`: the thread exited meanwhile.
     fn map_thread_ring(&mut self, tid: Tid) -> Result<Option<(Ring, OwnedFd)>, NtStatus> {
         let mut pages = self.plan.pages.max(1);
         loop {
-            let owner = match open_owner(tid, watermark_for(pages), &mut self.raised_nofile) {
-                Ok(Some(fd)) => fd,
-                Ok(None) => return Ok(None),
-                Err(Errno::EACCES | Errno::EPERM) if self.other_process => {
-                    return Err(NtStatus::ACCESS_DENIED);
-                }
-                Err(errno) if self.target.has_exited() && errno != Errno::EMFILE => {
-                    return Ok(None);
-                }
-                Err(errno) => return Err(NtStatus::from(errno)),
+            self.params.wakeup_watermark = watermark_for(pages);
+            let Some(fd) = self.open_event(tid, None)? else {
+                return Ok(None);
             };
-            let (ring, got) = map_ring(&owner, self.layout, pages)?;
+            let (ring, got) = map_ring(&fd, self.layout, pages)?;
             if got == pages {
-                return Ok(Some((ring, owner)));
+                return Ok(Some((ring, fd)));
             }
             pages = got;
         }
     }
-}
 
-/// Open a ring owner, trying again on EINTR and once more after raising the soft descriptor limit on EMFILE;
-/// `None` when the thread is gone (ESRCH).
-fn open_owner(tid: Tid, watermark: usize, raised: &mut bool) -> Result<Option<OwnedFd>, Errno> {
-    let mut interrupted = 0;
-    loop {
-        match event::open_ring_owner(tid, watermark) {
-            Ok(fd) => return Ok(Some(fd)),
-            Err(Errno::ESRCH) => return Ok(None),
-            Err(Errno::EINTR) if interrupted < 3 => interrupted += 1,
-            Err(Errno::EMFILE) if !*raised && crate::perf::sys::raise_nofile_limit() => {
-                *raised = true;
+    /// Open one of a thread's events besides its sampling event (`open`: its task-record event or its inherited
+    /// counter), trying again on EINTR and once more after raising the soft descriptor limit on EMFILE; `None`
+    /// when the thread is gone.
+    fn open_side(
+        &mut self,
+        open: impl Fn() -> Result<OwnedFd, Errno>,
+    ) -> Result<Option<OwnedFd>, NtStatus> {
+        let mut interrupted = 0;
+        loop {
+            match open() {
+                Ok(fd) => return Ok(Some(fd)),
+                Err(Errno::ESRCH) => return Ok(None),
+                Err(Errno::EINTR) if interrupted < 3 => interrupted += 1,
+                Err(Errno::EMFILE) if !self.raised_nofile && sys::raise_nofile_limit() => {
+                    self.raised_nofile = true;
+                }
+                Err(errno) if self.target.has_exited() && errno != Errno::EMFILE => {
+                    return Ok(None);
+                }
+                Err(Errno::EACCES | Errno::EPERM) if self.other_process => {
+                    return Err(NtStatus::ACCESS_DENIED);
+                }
+                Err(errno) => return Err(NtStatus::from(errno)),
             }
-            Err(errno) => return Err(errno),
         }
     }
 }
