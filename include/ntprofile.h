@@ -255,7 +255,7 @@ typedef struct _NTPROFILE_STATISTICS {
 /* How the perf events behind a started profile are laid out (NTPROFILE_EVENT_USAGE.Mode). */
 #define NTPROFILE_EVENTS_NONE 0       /* no event: the process has exited */
 #define NTPROFILE_EVENTS_THREAD_CPU 1 /* one event per (thread x processor), one ring per processor */
-#define NTPROFILE_EVENTS_PER_THREAD 2 /* one event and one small ring per thread, any processor */
+#define NTPROFILE_EVENTS_PER_THREAD 2 /* per thread: an event and a small ring, any processor */
 #define NTPROFILE_EVENTS_CPU 3        /* one event per processor for every task (global) */
 #define NTPROFILE_EVENTS_CPU_FILTERED 4 /* one event per processor for every task, only the target's samples
                                          * counted (privileged, when threads x processors > 1024) */
@@ -494,8 +494,10 @@ NTSYSCALLAPI NTSTATUS NTAPI NtprofileQueryStatistics(HANDLE ProfileHandle, PNTPR
 
 /* NtprofileQueryEventUsage (ntprofile extension) -- the perf events behind a started profile (shared with the
  * other started profiles of its source and process): their layout, descriptors, rings and ring bytes. The layout
- * is chosen at each start from the descriptor and locked-memory budgets (NTPROFILE_EVENTS=per-thread or
- * thread-cpu in the environment forces one). STATUS_PROFILING_NOT_STARTED when the profile is not started. */
+ * is chosen at each start from the descriptor and locked-memory budgets and the privilege (NTPROFILE_EVENTS=
+ * per-thread, thread-cpu or cpu-filtered in the environment forces one). A per-thread layout opens the events
+ * of threads created later as they appear, so its descriptors and rings follow the live threads.
+ * STATUS_PROFILING_NOT_STARTED when the profile is not started. */
 NTSYSCALLAPI NTSTATUS NTAPI NtprofileQueryEventUsage(HANDLE ProfileHandle, PNTPROFILE_EVENT_USAGE Usage);
 
 /* NtprofileQuerySources (ntprofile extension) -- list every source (built-in ones in value order, then the

@@ -20,6 +20,8 @@ const HELPER_ENV: &str = "NTPROFILE_PER_THREAD_HELPER";
 /// Busy threads created after the start, and the CPU time each spins for.
 const LATER: usize = 4;
 const SPIN_MS: u64 = 300;
+/// Parked threads created after the start, for the rings' memory.
+const MANY: usize = 600;
 
 /// CPU time of the calling thread (ns).
 fn thread_cpu_ns() -> u64 {
@@ -39,9 +41,9 @@ fn eventually(mut f: impl FnMut() -> bool) -> bool {
 }
 
 /// The helper: a per-thread profile of this process started at 1 ms; then [`LATER`] threads created, each
-/// spinning for [`SPIN_MS`] of its own CPU time and then waiting until released; prints `RESULT` lines: the rings
-/// and descriptors at the start, while the threads live and after they exited, the threads' CPU time and the
-/// profile's statistics.
+/// spinning for [`SPIN_MS`] of its own CPU time and then waiting until released; then [`MANY`] parked threads;
+/// prints `RESULT` lines: the rings and descriptors at the start, while the threads live and after they exited,
+/// the rings' memory with the parked threads, the busy threads' CPU time and the profile's statistics.
 #[test]
 #[ignore = "a helper process of the tests below"]
 fn helper() {
@@ -99,8 +101,30 @@ fn helper() {
     println!("RESULT closed {closed}");
     println!("RESULT after_rings {}", after.rings);
     println!("RESULT after_descriptors {}", after.descriptors);
-    profile.stop().expect("stop");
     let main_ns = thread_cpu_ns() - main0;
+    // Many threads created later: their rings shrink so that the stream's stay within the ring memory a
+    // per-thread stream takes by choice (32 MiB at most, half the locked-memory budget when it is limited).
+    let (park_tx, park_rx) = std::sync::mpsc::channel::<()>();
+    let park_rx = Arc::new(std::sync::Mutex::new(park_rx));
+    let parked: Vec<_> = (0..MANY)
+        .map(|_| {
+            let rx = park_rx.clone();
+            std::thread::spawn(move || {
+                let _ = rx.lock().unwrap().recv();
+            })
+        })
+        .collect();
+    let many = eventually(|| profile.event_usage().unwrap().rings >= start.rings + MANY);
+    let with_many = profile.event_usage().unwrap();
+    println!("RESULT many {many}");
+    println!("RESULT many_rings {}", with_many.rings);
+    println!("RESULT many_ring_bytes {}", with_many.ring_bytes);
+    println!("RESULT start_ring_bytes {}", start.ring_bytes);
+    drop(park_tx);
+    for p in parked {
+        p.join().unwrap();
+    }
+    profile.stop().expect("stop");
     let st = profile.stats();
     println!("RESULT cpu_ms {}", (workers_ns + main_ns) / 1_000_000);
     println!("RESULT workers_ms {}", workers_ns / 1_000_000);
@@ -147,7 +171,8 @@ fn copy_of_this_binary(dir: &std::path::Path) -> std::path::PathBuf {
     path
 }
 
-/// Threads created after a per-thread start get a ring of their own while they live (before, they wrote into the
+/// Threads created after a per-thread start get a ring of their own while they live (600 of them within 32 MiB of
+/// rings and one page each) (before, they wrote into the
 /// ring of the thread that created them, from several processors at once, which the kernel's ring does not
 /// survive), their events are closed when they exit, and their CPU time is sampled by their own events: their
 /// samples count at least 85 % of it (each is seen within about 10 ms of its creation: 4 threads of 300 ms),
@@ -165,6 +190,11 @@ fn threads_created_after_a_per_thread_start_get_their_own_events() {
             "the exited threads' events closed: {r:?}"
         );
         assert_eq!(n("after_rings"), n("start_rings"), "{r:?}");
+        assert_eq!(r["many"], "true", "{r:?}");
+        assert!(
+            n("many_ring_bytes") <= n("start_ring_bytes") + (32 << 20) + MANY as u64 * 8192,
+            "{MANY} threads created later, their rings within 32 MiB and a page each: {r:?}"
+        );
         let (cpu, workers) = (n("cpu_ms") as f64, n("workers_ms") as f64);
         let (sampled, lost) = (n("sampled") as f64, n("lost") as f64);
         assert!(workers >= (LATER as u64 * SPIN_MS) as f64, "{r:?}");

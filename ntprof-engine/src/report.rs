@@ -72,8 +72,9 @@ pub struct ProcessReport {
 /// The perf events behind a recording.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct EventsInfo {
-    /// `thread-cpu` (one event per thread and processor, one ring per processor), `per-thread` (one event and
-    /// one ring per thread) or `cpu` (one event per processor for every task: `kernel`).
+    /// `thread-cpu` (one event per thread and processor, one ring per processor), `cpu-filtered` (one event per
+    /// processor for every task, the recorded processes' records kept) or `cpu` (one event per processor for
+    /// every task: `kernel`).
     pub mode: String,
     /// Event descriptors held.
     pub descriptors: u64,

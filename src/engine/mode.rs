@@ -49,7 +49,9 @@ pub(crate) const THREAD_CPU_PREFERRED_UP_TO: u64 = 1024;
 pub enum EventMode {
     /// One event per (thread × processor), one ring per processor.
     ThreadCpu,
-    /// One event and one small ring per thread, on any processor; the affinity applied from each sample's CPU.
+    /// Per thread a sampling event with a small ring of its own, on any processor (the affinity applied from each
+    /// sample's CPU), and an event for its fork and exit records; an inherited counter per thread of the start.
+    /// Threads created later get their events as they appear; what they ran before is counted as lost.
     PerThread,
     /// One event per processor for every task (a global profile).
     Cpu,
@@ -183,6 +185,22 @@ pub(crate) fn descriptors(mode: EventMode, threads: u64, cpus: u64) -> u64 {
     }
 }
 
+/// The ring memory per-thread rings of one stream take by choice: half the locked-memory budget (the other half
+/// stays for other streams and samplers), and without a limit (CAP_IPC_LOCK) still [`UNLIMITED_TARGET`].
+pub(crate) fn per_thread_ring_target(budget: &Budget) -> u64 {
+    (budget.locked.unwrap_or(u64::MAX) / 2).min(UNLIMITED_TARGET)
+}
+
+/// Data pages of each of `threads` per-thread rings within `target` bytes: the largest size that fits, one page
+/// at the least (a thread created later whose ring does not fit even so is not sampled, and what it runs is
+/// counted as lost).
+pub(crate) fn per_thread_pages_within(threads: u64, target: u64) -> usize {
+    *PER_THREAD_PAGES
+        .iter()
+        .find(|&&p| per_thread_bytes(threads, p) <= target)
+        .unwrap_or(&1)
+}
+
 /// Locked bytes of `threads` per-thread rings of `pages` data pages (each with its metadata page).
 fn per_thread_bytes(threads: u64, pages: usize) -> u64 {
     threads.saturating_mul((pages as u64 + 1) * page_size() as u64)
@@ -208,11 +226,10 @@ pub(crate) fn choose(
         if descriptors(EventMode::PerThread, threads, cpus) + spare > free {
             return None;
         }
-        // Without a limit (CAP_IPC_LOCK), the rings still stay within `UNLIMITED_TARGET` where they can.
         let locked = budget.locked.unwrap_or(u64::MAX);
         let pages = *PER_THREAD_PAGES
             .iter()
-            .find(|&&p| per_thread_bytes(threads, p) <= (locked / 2).min(UNLIMITED_TARGET))
+            .find(|&&p| per_thread_bytes(threads, p) <= per_thread_ring_target(budget))
             .or_else(|| {
                 PER_THREAD_PAGES
                     .last()

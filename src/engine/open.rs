@@ -201,6 +201,15 @@ fn plan_for(
 /// again.
 pub(super) const EXIT_WAIT_MS: u16 = 10;
 
+/// A thread's own events in the per-thread layout: its sampling event (which owns its ring), its task-record
+/// event, and the bytes of the ring's mapping.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ThreadEvents {
+    pub(crate) sampling: RawFd,
+    pub(crate) records: RawFd,
+    pub(crate) ring_bytes: usize,
+}
+
 /// What a successful pass opened.
 pub(super) struct Opened {
     /// Every event descriptor.
@@ -215,8 +224,8 @@ pub(super) struct Opened {
     pub(super) ring_bytes: usize,
     /// Per thread: the inherited counting events of the threads of the start.
     pub(super) counters: Vec<RawFd>,
-    /// Per thread: each thread's sampling event and task-record event.
-    pub(super) thread_fds: Vec<(Tid, (RawFd, RawFd))>,
+    /// Per thread: each thread's own events.
+    pub(super) thread_fds: Vec<(Tid, ThreadEvents)>,
     /// Per thread: the data pages of the last ring mapped (the size for threads opened later).
     pub(super) pages: usize,
 }
@@ -264,8 +273,11 @@ struct Pass<'a> {
     filter: Option<TaskFilter>,
     /// Per thread: the inherited counting events opened, each thread's sampling event, and the threads tried.
     counters: Vec<RawFd>,
-    thread_fds: Vec<(Tid, (RawFd, RawFd))>,
+    thread_fds: Vec<(Tid, ThreadEvents)>,
     known: std::collections::BTreeSet<Tid>,
+    /// Per thread, threads created after the start: the stream's ring-memory target and the bytes its rings held
+    /// before this pass.
+    later_rings: Option<(u64, u64)>,
 }
 
 impl<'a> Pass<'a> {
@@ -295,6 +307,7 @@ impl<'a> Pass<'a> {
             counters: Vec::new(),
             thread_fds: Vec::new(),
             known: std::collections::BTreeSet::new(),
+            later_rings: None,
         }
     }
 

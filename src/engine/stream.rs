@@ -16,7 +16,7 @@ use super::consumer::{ConsumerLink, Msg};
 use super::counters::StreamId;
 use super::dispatch::CpuRing;
 use super::mode::EventMode;
-use super::open::{Opened, RING_PAGES, open_cpus, open_later, watermark_for};
+use super::open::{Opened, RING_PAGES, ThreadEvents, open_cpus, open_later, watermark_for};
 use crate::affinity::CpuSet;
 use crate::perf::event::{self, EventParams};
 use crate::perf::sys::Tid;
@@ -77,12 +77,14 @@ pub(crate) struct Stream {
 /// What a per-thread stream keeps to open the events of threads created after its start and close those of
 /// threads that exited.
 pub(crate) struct Follow {
-    /// Every thread with a sampling event of its own: that event and the thread's task-record event.
-    pub(super) known: BTreeMap<Tid, (RawFd, RawFd)>,
+    /// Every thread with events of its own, and those events.
+    pub(super) known: BTreeMap<Tid, ThreadEvents>,
     /// The inherited counting events of the threads of the start.
     pub(super) counters: Vec<RawFd>,
-    /// Data pages of a new thread's ring.
+    /// Data pages of a new thread's ring: the size of the start's, smaller as threads are added so that the
+    /// rings stay within `ring_target` bytes (and one-page rings beyond it).
     pub(super) pages: usize,
+    pub(super) ring_target: u64,
     /// The stream's base period, which the consumer divides the counters' excess by (shared with it).
     pub(super) period: Arc<AtomicU64>,
 }
@@ -164,6 +166,7 @@ impl Stream {
                 known: thread_fds.into_iter().collect(),
                 counters,
                 pages,
+                ring_target: super::mode::per_thread_ring_target(&super::mode::Budget::now()),
                 period: Arc::new(AtomicU64::new(self.params.period)),
             });
         }
@@ -298,6 +301,7 @@ impl Stream {
             &follow.known,
             own,
             follow.pages,
+            (follow.ring_target, self.ring_bytes as u64),
         )?;
         if self.profiles > 0 {
             for fd in &opened.fds {
@@ -320,7 +324,7 @@ impl Stream {
             return Vec::new();
         };
         died.iter()
-            .filter_map(|t| f.known.get(t).map(|e| e.0))
+            .filter_map(|t| f.known.get(t).map(|e| e.sampling))
             .collect()
     }
 
@@ -341,16 +345,11 @@ impl Stream {
         let Some(f) = &mut self.follow else {
             return;
         };
-        let gone: Vec<RawFd> = died
-            .iter()
-            .filter_map(|t| f.known.remove(t))
-            .flat_map(|(sampling, records)| [sampling, records])
-            .collect();
-        let pages = f.pages;
-        self.fds.retain(|fd| !gone.contains(&fd.as_raw_fd()));
-        let rings = gone.len() / 2;
-        self.rings = self.rings.saturating_sub(rings);
-        let page = crate::perf::ring::page_size();
-        self.ring_bytes = self.ring_bytes.saturating_sub(rings * (pages + 1) * page);
+        let gone: Vec<ThreadEvents> = died.iter().filter_map(|t| f.known.remove(t)).collect();
+        let fds: Vec<RawFd> = gone.iter().flat_map(|e| [e.sampling, e.records]).collect();
+        self.fds.retain(|fd| !fds.contains(&fd.as_raw_fd()));
+        self.rings = self.rings.saturating_sub(gone.len());
+        let bytes: usize = gone.iter().map(|e| e.ring_bytes).sum();
+        self.ring_bytes = self.ring_bytes.saturating_sub(bytes);
     }
 }

@@ -10,11 +10,13 @@
 //! difference between the counting events and the sampling events, reported as lost: every sample is counted,
 //! counted outside, or reported as lost, and no ring is written from two processors at once.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 
 use nix::errno::Errno;
 
-use super::{CpuRing, EXIT_WAIT_MS, Opened, Pass, RESCAN_LIMIT, map_ring, watermark_for};
+use super::{
+    CpuRing, EXIT_WAIT_MS, Opened, Pass, RESCAN_LIMIT, ThreadEvents, map_ring, watermark_for,
+};
 use crate::affinity::CpuSet;
 use crate::engine::mode::Plan;
 use crate::perf::event::{self, EventParams};
@@ -62,15 +64,17 @@ pub(super) fn open_per_thread(
 }
 
 /// Open the sampling events of threads of a started per-thread stream that appeared after its start (`born`,
-/// and whatever the thread list holds beyond `known`), each with a ring of `pages` data pages (fewer when locked
-/// memory is short). Threads in `known` or `skip`, and threads that exited meanwhile, are left out.
+/// and whatever the thread list holds beyond `known`), each with a ring of `pages` data pages at most, fewer as
+/// threads are added (`rings`: the stream's ring-memory target and the bytes its rings hold; see
+/// [`Pass::later_pages`]) and when locked memory is short. Threads in `known` or `skip`, and threads that exited meanwhile, are left out.
 pub(crate) fn open_later(
     params: &mut EventParams,
     target: &Target,
     born: &[Tid],
-    known: &std::collections::BTreeMap<Tid, (RawFd, RawFd)>,
+    known: &std::collections::BTreeMap<Tid, ThreadEvents>,
     skip: &[Tid],
     pages: usize,
+    rings: (u64, u64),
 ) -> Result<Opened, NtStatus> {
     let plan = Plan {
         mode: crate::engine::mode::EventMode::PerThread,
@@ -79,6 +83,7 @@ pub(crate) fn open_later(
     let cpus = CpuSet::new();
     let mut pass = Pass::new(params, &cpus, target, plan);
     pass.known = known.keys().copied().collect();
+    pass.later_rings = Some(rings);
     for &tid in born {
         if !skip.contains(&tid) && !pass.known.contains(&tid) {
             pass.observe_per_thread(tid, false)?;
@@ -113,14 +118,19 @@ impl Pass<'_> {
             self.counters.push(c.as_raw_fd());
             self.fds.push(c);
         }
-        self.ring_bytes += ring.map_len();
+        let ring_bytes = ring.map_len();
+        self.ring_bytes += ring_bytes;
         let mut cpu_ring = CpuRing::new(None, ring, fd.as_raw_fd(), self.lost_fds(&fd));
         // The ring's Lost records count the task records it dropped too; the sampling event's own count is of
         // samples alone.
         cpu_ring.samples_lost_from_event = self.params.read_lost;
         self.rings.push(cpu_ring);
-        self.thread_fds
-            .push((tid, (fd.as_raw_fd(), records.as_raw_fd())));
+        let events = ThreadEvents {
+            sampling: fd.as_raw_fd(),
+            records: records.as_raw_fd(),
+            ring_bytes,
+        };
+        self.thread_fds.push((tid, events));
         self.fds.push(records);
         self.fds.push(fd);
         self.tids.push(tid);
@@ -156,7 +166,7 @@ impl Pass<'_> {
     /// caps a watermark at the ring's size, and a ring that wakes the consumer only when full loses samples).
     /// `None`: the thread exited meanwhile.
     fn map_thread_ring(&mut self, tid: Tid) -> Result<Option<(Ring, OwnedFd)>, NtStatus> {
-        let mut pages = self.plan.pages.max(1);
+        let mut pages = self.later_pages();
         loop {
             self.params.wakeup_watermark = watermark_for(pages);
             let Some(fd) = self.open_event(tid, None)? else {
@@ -168,6 +178,26 @@ impl Pass<'_> {
             }
             pages = got;
         }
+    }
+
+    /// The data pages of the next thread's ring: the plan's; for a thread created after the start, the size that
+    /// would fit twice as many threads as the stream has within its ring-memory target (so the rings shrink as
+    /// threads are added), and the smallest once its rings fill the target.
+    fn later_pages(&self) -> usize {
+        let Some((target, held)) = self.later_rings else {
+            return self.plan.pages.max(1);
+        };
+        if held + self.ring_bytes as u64 >= target {
+            return 1;
+        }
+        let threads = self.known.len().max(1) as u64;
+        self.plan
+            .pages
+            .min(crate::engine::mode::per_thread_pages_within(
+                2 * threads,
+                target,
+            ))
+            .max(1)
     }
 
     /// Open one of a thread's events besides its sampling event (`open`: its task-record event or its inherited
