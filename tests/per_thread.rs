@@ -207,23 +207,10 @@ fn threads_created_after_a_per_thread_start_get_their_own_events() {
     }
 }
 
-/// The churner (tests/per_thread/churner.c), built into `dir`, runnable by every user.
-fn build_churner(dir: &std::path::Path) -> std::path::PathBuf {
-    let exe = dir.join("churner");
-    let src =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/per_thread/churner.c");
-    let out = Command::new("gcc")
-        .args(["-O1", "-Wall", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("gcc");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+/// The faulter (tests/hardening/faulter.c), built into `dir`, runnable by every user.
+fn build_faulter(dir: &std::path::Path) -> std::path::PathBuf {
+    let exe = dir.join("faulter");
+    common::build_c_program("tests/hardening/faulter.c", &exe);
     exe
 }
 
@@ -232,15 +219,16 @@ fn build_churner(dir: &std::path::Path) -> std::path::PathBuf {
 /// kernel counted (an independent counter), as counted, outside or lost, and once they are gone only the
 /// first thread's events are left.
 fn churn_case(exe: &std::path::Path) -> String {
+    // 4 threads of 50 faults, 100 times over, then hold until the standard input closes.
     let mut child = Command::new(exe)
-        .args(["100", "4", "50"])
+        .args(["4", "50", "20000", "0", "100", "hold"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-        .expect("spawn the churner");
+        .expect("spawn the faulter");
     let pid = child.id();
-    common::wait_blocked_in_read(pid, "the churner");
-    let process = Process::open(pid).expect("open the churner");
+    common::wait_blocked_in_read(pid, "the faulter");
+    let process = Process::open(pid).expect("open the faulter");
     let profile = Profile::builder()
         .process(&process)
         .range(0x10000, 0x10000)
@@ -297,12 +285,12 @@ fn churn_helper() {
 
 /// Threads that come and go in another process: 400 of them, 4 at a time, each gets its own events while it
 /// lives and has them closed when it exits; every page fault the kernel counted is counted, counted outside or
-/// reported as lost. As root, and without privilege (a helper run as another user profiles a churner of its
+/// reported as lost. As root, and without privilege (a helper run as another user profiles a faulter of its
 /// own).
 #[test]
 fn threads_that_come_and_go_are_counted_exactly_and_their_events_closed() {
     let dir = scratch("churn");
-    let churner = build_churner(&dir);
+    let faulter = build_faulter(&dir);
     let me = copy_of_this_binary(&dir);
     for unprivileged in [false, true] {
         let mut c = if unprivileged {
@@ -311,7 +299,7 @@ fn threads_that_come_and_go_are_counted_exactly_and_their_events_closed() {
             Command::new(&me)
         };
         c.args(["--ignored", "--exact", "churn_helper", "--nocapture"])
-            .env(HELPER_ENV, &churner)
+            .env(HELPER_ENV, &faulter)
             .env("NTPROFILE_EVENTS", "per-thread")
             .current_dir(&dir);
         let (stdout, _, r) = common::run_helper_process(c);

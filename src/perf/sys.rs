@@ -183,18 +183,8 @@ pub fn fork_generation() -> u64 {
 /// # Errors
 /// The errno of `read(2)`, or EIO for a short read.
 pub fn read_count_and_lost(fd: RawFd) -> Result<(u64, u64), Errno> {
-    let mut values = [0u64; 2];
-    // SAFETY: reads at most 16 bytes into a live, writable array of two u64; `fd` is open (the caller owns it).
-    let n = unsafe {
-        libc::read(
-            fd,
-            values.as_mut_ptr().cast(),
-            std::mem::size_of_val(&values),
-        )
-    };
-    match n {
-        16 => Ok((values[0], values[1])),
-        n if n < 0 => Err(Errno::last()),
+    match read_event(fd)? {
+        (values, 16) => Ok((values[0], values[1])),
         _ => Err(Errno::EIO),
     }
 }
@@ -205,6 +195,14 @@ pub fn read_count_and_lost(fd: RawFd) -> Result<(u64, u64), Errno> {
 /// # Errors
 /// The errno of `read(2)`, or EIO for a short read.
 pub fn read_count(fd: RawFd) -> Result<u64, Errno> {
+    match read_event(fd)? {
+        (values, 8 | 16) => Ok(values[0]),
+        _ => Err(Errno::EIO),
+    }
+}
+
+/// `read(2)` of a perf event into two words: the words and the bytes read.
+fn read_event(fd: RawFd) -> Result<([u64; 2], isize), Errno> {
     let mut values = [0u64; 2];
     // SAFETY: reads at most 16 bytes into a live, writable array of two u64; `fd` is open (the caller owns it).
     let n = unsafe {
@@ -214,11 +212,10 @@ pub fn read_count(fd: RawFd) -> Result<u64, Errno> {
             std::mem::size_of_val(&values),
         )
     };
-    match n {
-        8 | 16 => Ok(values[0]),
-        n if n < 0 => Err(Errno::last()),
-        _ => Err(Errno::EIO),
+    if n < 0 {
+        return Err(Errno::last());
     }
+    Ok((values, n))
 }
 
 /// Block every signal in the calling thread (a thread of the library: process-directed signals are for the

@@ -226,6 +226,26 @@ pub fn wait_blocked_in_read(pid: u32, what: &str) {
     panic!("{what} never blocked reading its standard input: {path} says {last:?}");
 }
 
+/// Build the C test program `src` (a path under the crate's root) into `out` with gcc (`-O1 -Wall -pthread`),
+/// runnable by every user; panic with gcc's output when it fails.
+#[allow(dead_code)] // only the tests that run a C program of their own
+pub fn build_c_program(src: &str, out: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let src = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(src);
+    let built = std::process::Command::new("gcc")
+        .args(["-O1", "-Wall", "-pthread", "-o"])
+        .arg(out)
+        .arg(&src)
+        .output()
+        .expect("gcc");
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    std::fs::set_permissions(out, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 /// An independent counting event of the user-space page faults of process `pid` and its descendants, created
 /// disabled, for checking a sampler's samples + lost against what the kernel counted.
 #[allow(dead_code)] // only the tests that check loss against page faults ask

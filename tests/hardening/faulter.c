@@ -1,12 +1,15 @@
-/* Page faults for the NT-profile lost-count test: waits for a line on stdin (the profile is started by then),
+/* Page faults for the NT-profile lost-count tests: waits for a line on stdin (the profile is started by then),
  * then runs THREADS threads (argv[1]) that each touch PAGES fresh pages (argv[2]), one minor fault each, with a
  * short spin of SPIN steps (argv[3], default 20000) between two touches (so that a page-fault event at interval 1
- * stays below the kernel's sampling-rate limit), joins them, then (argv[4], default 0) touches BURST more fresh
- * pages at once after a 10 ms pause (a new scheduler tick: the kernel's limit of 400 samples per tick at 250 Hz
- * counts from there), and exits. */
+ * stays below the kernel's sampling-rate limit), joins them, BATCHES times over (argv[5], default 1: threads that
+ * come and go), then (argv[4], default 0) touches BURST more fresh pages at once after a 10 ms pause (a new
+ * scheduler tick: the kernel's limit of 400 samples per tick at 250 Hz counts from there). With argv[6] "hold" it
+ * then prints "done" and waits for its standard input to close (its first thread alone is left, for the profiler
+ * to look at); then it exits. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -23,6 +26,7 @@ static void *work(void *arg) {
         p[(long)i * page] = 1;
         for (int j = 0; j < spin; j++) sink = sink * 6364136223846793005UL + 1;
     }
+    munmap(p, (size_t)pages * page);
     return NULL;
 }
 
@@ -35,9 +39,12 @@ int main(int argc, char **argv) {
     if (threads > 64) threads = 64;
     char line[16];
     if (!fgets(line, sizeof line, stdin)) return 3;
-    for (int i = 0; i < threads; i++)
-        if (pthread_create(&t[i], NULL, work, NULL) != 0) return 5;
-    for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+    int batches = argc > 5 ? atoi(argv[5]) : 1;
+    for (int b = 0; b < batches; b++) {
+        for (int i = 0; i < threads; i++)
+            if (pthread_create(&t[i], NULL, work, NULL) != 0) return 5;
+        for (int i = 0; i < threads; i++) pthread_join(t[i], NULL);
+    }
     int burst = argc > 4 ? atoi(argv[4]) : 0;
     if (burst > 0) {
         long page = sysconf(_SC_PAGESIZE);
@@ -45,6 +52,11 @@ int main(int argc, char **argv) {
         if (p == MAP_FAILED) return 4;
         usleep(10000);
         for (int i = 0; i < burst; i++) p[(long)i * page] = 1;
+    }
+    if (argc > 6 && strcmp(argv[6], "hold") == 0) {
+        printf("done\n");
+        fflush(stdout);
+        while (fgets(line, sizeof line, stdin)) {}
     }
     return 0;
 }

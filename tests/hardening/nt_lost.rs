@@ -97,19 +97,7 @@ fn build_faulter() -> (std::path::PathBuf, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("ntprofile-nt-lost-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let exe = dir.join("faulter");
-    let src =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/hardening/faulter.c");
-    let out = Command::new("gcc")
-        .args(["-O1", "-Wall", "-pthread", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("gcc");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    crate::common::build_c_program("tests/hardening/faulter.c", &exe);
     (dir, exe)
 }
 
