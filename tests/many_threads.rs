@@ -411,7 +411,7 @@ fn a_sampler_of_two_thousand_threads_counts_them_at_a_soft_limit_of_1024() {
 
 /// A hard limit too small for any layout: `STATUS_INSUFFICIENT_RESOURCES` well under a second, before any
 /// event is opened, with a message that names what was needed and the limit to raise. Unprivileged, a hard
-/// limit of 1,500 holds neither 2,000 threads' (thread × processor) events nor their per-thread pairs; as root
+/// limit of 1,500 holds neither 2,000 threads' (thread × processor) events nor their per-thread events; as root
 /// it holds the processor-wide filtered events (one per processor and 32 to spare), and only a hard limit of 32
 /// does not.
 #[test]

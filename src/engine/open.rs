@@ -16,7 +16,7 @@ use crate::perf::ring::{Ring, SampleLayout};
 use crate::perf::sys::{self, Tid};
 use crate::status::NtStatus;
 use crate::target::Target;
-pub(crate) use per_thread::open_later;
+pub(crate) use per_thread::{ThreadEvents, open_later};
 
 /// Data pages per ring (a power of two): 64 pages = 256 KiB, shrunk step by step when the locked-memory budget
 /// (`perf_event_mlock_kb` per CPU plus `RLIMIT_MEMLOCK`) is short.
@@ -200,15 +200,6 @@ fn plan_for(
 /// How long a pass that found no thread to observe waits for the process to finish exiting before scanning
 /// again.
 pub(super) const EXIT_WAIT_MS: u16 = 10;
-
-/// A thread's own events in the per-thread layout: its sampling event (which owns its ring), its task-record
-/// event, and the bytes of the ring's mapping.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct ThreadEvents {
-    pub(crate) sampling: RawFd,
-    pub(crate) records: RawFd,
-    pub(crate) ring_bytes: usize,
-}
 
 /// What a successful pass opened.
 pub(super) struct Opened {

@@ -43,10 +43,12 @@ pub(super) fn lock(stream: &Mutex<Stream>) -> MutexGuard<'_, Stream> {
     stream.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The perf events of one (source, target, kernel-or-not): for the current process one event per (thread × CPU)
-/// with `inherit` + `inherit_thread`, all events of a CPU writing into one ring through
-/// `PERF_EVENT_IOC_SET_OUTPUT`. It opens when its first profile starts, grows when a started profile needs more
-/// CPUs, and closes when its last profile stops. Its period is the source's interval, shared, as in NT.
+/// The perf events of one (source, target, kernel-or-not), in one of the layouts of `mode` (for a process, by
+/// default one event per (thread × CPU) with `inherit` + `inherit_thread`, all events of a CPU writing into one
+/// ring through `PERF_EVENT_IOC_SET_OUTPUT`; in the per-thread layout, each thread's own events, those of threads
+/// created later opened by the helper thread as they appear). It opens when its first profile starts, grows when a
+/// started profile needs more CPUs, and closes when its last profile stops. Its period is the source's interval,
+/// shared, as in NT.
 pub(crate) struct Stream {
     pub(super) id: StreamId,
     pub(super) key: StreamKey,

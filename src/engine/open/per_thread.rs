@@ -10,13 +10,11 @@
 //! difference between the counting events and the sampling events, reported as lost: every sample is counted,
 //! counted outside, or reported as lost, and no ring is written from two processors at once.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 
 use nix::errno::Errno;
 
-use super::{
-    CpuRing, EXIT_WAIT_MS, Opened, Pass, RESCAN_LIMIT, ThreadEvents, map_ring, watermark_for,
-};
+use super::{CpuRing, EXIT_WAIT_MS, Opened, Pass, RESCAN_LIMIT, map_ring, watermark_for};
 use crate::affinity::CpuSet;
 use crate::engine::mode::Plan;
 use crate::perf::event::{self, EventParams};
@@ -25,6 +23,15 @@ use crate::perf::sys::{self, Tid};
 use crate::perf::thread_events;
 use crate::status::NtStatus;
 use crate::target::Target;
+
+/// A thread's own events in the per-thread layout: its sampling event (which owns its ring), its task-record
+/// event, and the bytes of the ring's mapping.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ThreadEvents {
+    pub(crate) sampling: RawFd,
+    pub(crate) records: RawFd,
+    pub(crate) ring_bytes: usize,
+}
 
 /// Open a per-thread stream's events for the threads of `scan` (less `skip`), then for the threads created while
 /// they were opened. `Ok(None)`: the process lives on but none of its threads could be observed (it is exiting):
