@@ -302,7 +302,7 @@ impl Consumer {
         s.rings = kept;
         for r in &gone {
             if let Some(g) = s.gap.as_mut() {
-                g.retire(r.fd);
+                g.retire(r.sampled());
             }
             self.epoll.remove(r.fd);
         }

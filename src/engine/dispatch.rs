@@ -48,6 +48,9 @@ pub(crate) struct CpuRing {
     /// A per-thread ring, which also holds its thread's task records (fork, exit): its Lost records count those
     /// too, so its lost samples are its sampling event's own count alone.
     pub samples_lost_from_event: bool,
+    /// The count of the events that write into the ring, as the last read of their lost counts found it (`None`:
+    /// not read yet), for what a per-thread stream's threads ran unobserved (`follow::Gap`).
+    pub events: Option<u64>,
 }
 
 /// The task a processor-wide filtered ring's samples must come from: its process id, less the library's own
@@ -91,7 +94,15 @@ impl CpuRing {
             filter: None,
             settle: false,
             samples_lost_from_event: false,
+            events: None,
         }
+    }
+
+    /// The count of the ring's sampling event: as the last read of its lost count found it (every drain that
+    /// settles the statistics reads it), or read now (an event without `PERF_FORMAT_LOST`); 0 when the read fails.
+    pub(crate) fn sampled(&self) -> u64 {
+        self.events
+            .unwrap_or_else(|| crate::perf::sys::read_count(self.fd).unwrap_or(0))
     }
 }
 
@@ -327,12 +338,12 @@ impl StreamDispatch {
                 if dropped || exact || r.settle {
                     // Every event that writes into the ring counts its own drops (an event whose read fails
                     // adds nothing: the Lost records still bound the total from below).
-                    let counted: u64 = r
+                    let (events, counted) = r
                         .lost_fds
                         .iter()
                         .filter_map(|&fd| crate::perf::sys::read_count_and_lost(fd).ok())
-                        .map(|(_, lost)| lost)
-                        .sum();
+                        .fold((0, 0), |(e, l), (count, lost)| (e + count, l + lost));
+                    r.events = Some(events);
                     total = total.max(counted);
                 }
                 lost = total.saturating_sub(r.lost_counted);
@@ -370,7 +381,7 @@ impl StreamDispatch {
         // What threads created later ran before their sampling events were opened: samples never taken, lost for
         // every profile of the stream (they name no processor).
         if exact && let Some(g) = gap.as_mut() {
-            let missed = g.settle(rings.iter().map(|r| r.fd));
+            let missed = g.settle(rings.iter().map(|r| r.sampled()));
             for a in active.iter_mut() {
                 a.pending.lost += missed;
             }

@@ -92,19 +92,19 @@ impl Gap {
     }
 
     /// Keep the final count of a sampling event whose ring is dropped (its thread exited).
-    pub(crate) fn retire(&mut self, fd: RawFd) {
-        self.retired += sys::read_count(fd).unwrap_or(0);
+    pub(crate) fn retire(&mut self, count: u64) {
+        self.retired += count;
     }
 
-    /// The samples never taken since the last call: the counters' excess over the sampling events `sampling` (and
-    /// those retired) grown since, in periods. An event whose read fails adds nothing.
-    pub(crate) fn settle(&mut self, sampling: impl Iterator<Item = RawFd>) -> u64 {
+    /// The samples never taken since the last call: the counters' excess over the sampling events' counts
+    /// `sampling` (and those retired) grown since, in periods. A counter whose read fails adds nothing.
+    pub(crate) fn settle(&mut self, sampling: impl Iterator<Item = u64>) -> u64 {
         let counted: u64 = self
             .counters
             .iter()
             .filter_map(|&fd| sys::read_count(fd).ok())
             .sum();
-        let sampled: u64 = sampling.filter_map(|fd| sys::read_count(fd).ok()).sum();
+        let sampled: u64 = sampling.sum();
         let excess = counted.saturating_sub(sampled + self.retired);
         let new = excess.saturating_sub(self.seen);
         self.seen = self.seen.max(excess);

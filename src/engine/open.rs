@@ -9,6 +9,7 @@ use nix::errno::Errno;
 use super::dispatch::{CpuRing, TaskFilter};
 use super::mode::{self, Budget, EventMode, Plan};
 
+mod filtered;
 mod per_thread;
 use crate::affinity::CpuSet;
 use crate::perf::event::{self, EventParams};
@@ -66,7 +67,7 @@ pub(super) fn open_cpus(
         // full when its writers stop (the target exits, the profile stops) gets no Lost record for its last drops.
         params.read_lost = !lost_unsupported;
         if chosen.mode == EventMode::CpuFiltered {
-            return open_filtered(params, target, cpus, skip, chosen);
+            return filtered::open_filtered(params, target, cpus, skip, chosen);
         }
         if per_thread {
             match per_thread::open_per_thread(params, target, &scan, skip, chosen) {
@@ -130,39 +131,6 @@ pub(super) fn open_cpus(
     // Passes kept finding the process alive with none of its threads observable: a passing state (its threads
     // come and go faster than they can be listed), never a fault of the handle.
     Err(NtStatus::INSUFFICIENT_RESOURCES)
-}
-
-/// Open processor-wide filtered events of `target` on `cpus`: one event per processor for every task, its ring
-/// tagged with the target's process id and the threads to leave out (`skip`: the library's own), so that the
-/// consumer counts only the target's samples. No thread list is walked and no pass can be spoiled by a thread
-/// created meanwhile: every task of the processors is observed from the moment the events are enabled, the
-/// target's threads created later among them.
-fn open_filtered(
-    params: &mut EventParams,
-    target: &Target,
-    cpus: &CpuSet,
-    skip: &[Tid],
-    plan: Plan,
-) -> Result<Opened, NtStatus> {
-    params.sample_tid = true;
-    // A per-processor event has no task to inherit from.
-    params.inherit_threads = false;
-    if target.has_exited() {
-        return Ok(Opened::nothing());
-    }
-    let filter = TaskFilter::new(target.pid(), skip);
-    let mut pass = Pass::new(&mut *params, cpus, target, plan);
-    pass.filter = Some(filter);
-    if let Err(status) = pass.observe(Tid::ALL_TASKS) {
-        return Err(pass.failed(status));
-    }
-    if target.has_exited() {
-        return Ok(Opened::nothing());
-    }
-    let mut opened = pass.finish();
-    // No thread has events of its own.
-    opened.tids.clear();
-    Ok(opened)
 }
 
 /// The layout of a stream's events for the threads `scan` (less `skip`) on `cpus`: the stream's own when it
@@ -382,28 +350,43 @@ impl<'a> Pass<'a> {
     /// Open thread `tid`'s sampling event on `cpu` (`None`: any CPU); `None` when the thread exited meanwhile
     /// (or its process did).
     fn open_event(&mut self, tid: Tid, cpu: Option<usize>) -> Result<Option<OwnedFd>, NtStatus> {
-        let mut interrupted = 0;
         // The first open steps the precision down on EINVAL; an EINVAL that turns out to be the kernel's refusal
         // of `PERF_FORMAT_LOST` starts that over from here.
         let precise = self.params.precise_ip;
+        self.open_with(|pass| {
+            loop {
+                let opened = if pass.fds.is_empty() {
+                    event::open_precise_on(pass.params, tid, cpu)
+                } else {
+                    event::open_on_cpu(pass.params, tid, cpu)
+                };
+                match opened {
+                    // A kernel before 6.0 has no PERF_FORMAT_LOST: Lost records alone count the drops.
+                    Err(Errno::EINVAL) if pass.params.read_lost => {
+                        pass.params.read_lost = false;
+                        pass.params.precise_ip = precise;
+                        pass.lost_unsupported = true;
+                    }
+                    other => return other,
+                }
+            }
+        })
+    }
+
+    /// Open one of a thread's events with `open`, trying again on EINTR and once more after raising the soft
+    /// descriptor limit on EMFILE; `None` when the thread exited meanwhile (or its process did).
+    fn open_with(
+        &mut self,
+        mut open: impl FnMut(&mut Self) -> Result<OwnedFd, Errno>,
+    ) -> Result<Option<OwnedFd>, NtStatus> {
+        let mut interrupted = 0;
         loop {
-            let opened = if self.fds.is_empty() {
-                event::open_precise_on(self.params, tid, cpu)
-            } else {
-                event::open_on_cpu(self.params, tid, cpu)
-            };
-            match opened {
+            match open(self) {
                 Ok(fd) => return Ok(Some(fd)),
                 Err(Errno::ESRCH) => return Ok(None), // the thread exited meanwhile
                 Err(Errno::EINTR) if interrupted < 3 => interrupted += 1, // try again
                 Err(Errno::EMFILE) if !self.raised_nofile && sys::raise_nofile_limit() => {
                     self.raised_nofile = true; // and try again
-                }
-                // A kernel before 6.0 has no PERF_FORMAT_LOST: Lost records alone count the drops.
-                Err(Errno::EINVAL) if self.params.read_lost => {
-                    self.params.read_lost = false;
-                    self.params.precise_ip = precise;
-                    self.lost_unsupported = true;
                 }
                 // Whatever the kernel answers for a thread of a process that has exited meanwhile (a shortage
                 // excepted: that is reported as one), there is nothing left to observe.

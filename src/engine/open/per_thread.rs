@@ -19,7 +19,7 @@ use crate::affinity::CpuSet;
 use crate::engine::mode::Plan;
 use crate::perf::event::{self, EventParams};
 use crate::perf::ring::Ring;
-use crate::perf::sys::{self, Tid};
+use crate::perf::sys::Tid;
 use crate::perf::thread_events;
 use crate::status::NtStatus;
 use crate::target::Target;
@@ -107,7 +107,7 @@ impl Pass<'_> {
         let Some((ring, fd)) = self.map_thread_ring(tid)? else {
             return Ok(());
         };
-        let Some(records) = self.open_side(|| thread_events::open_task_records(tid))? else {
+        let Some(records) = self.open_with(|_| thread_events::open_task_records(tid))? else {
             return Ok(());
         };
         match event::set_output(records.as_fd(), fd.as_fd()) {
@@ -117,8 +117,8 @@ impl Pass<'_> {
             Err(errno) => return Err(NtStatus::from(errno)),
         }
         if counter {
-            let params = *self.params;
-            let Some(c) = self.open_side(|| thread_events::open_inherited_counter(&params, tid))?
+            let Some(c) =
+                self.open_with(|pass| thread_events::open_inherited_counter(pass.params, tid))?
             else {
                 return Ok(());
             };
@@ -205,32 +205,5 @@ impl Pass<'_> {
                 target,
             ))
             .max(1)
-    }
-
-    /// Open one of a thread's events besides its sampling event (`open`: its task-record event or its inherited
-    /// counter), trying again on EINTR and once more after raising the soft descriptor limit on EMFILE; `None`
-    /// when the thread is gone.
-    fn open_side(
-        &mut self,
-        open: impl Fn() -> Result<OwnedFd, Errno>,
-    ) -> Result<Option<OwnedFd>, NtStatus> {
-        let mut interrupted = 0;
-        loop {
-            match open() {
-                Ok(fd) => return Ok(Some(fd)),
-                Err(Errno::ESRCH) => return Ok(None),
-                Err(Errno::EINTR) if interrupted < 3 => interrupted += 1,
-                Err(Errno::EMFILE) if !self.raised_nofile && sys::raise_nofile_limit() => {
-                    self.raised_nofile = true;
-                }
-                Err(errno) if self.target.has_exited() && errno != Errno::EMFILE => {
-                    return Ok(None);
-                }
-                Err(Errno::EACCES | Errno::EPERM) if self.other_process => {
-                    return Err(NtStatus::ACCESS_DENIED);
-                }
-                Err(errno) => return Err(NtStatus::from(errno)),
-            }
-        }
     }
 }
