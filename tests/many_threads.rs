@@ -389,16 +389,18 @@ fn two_thousand_threads_at_a_soft_limit_of_1024_start_in_each_layout() {
 
 /// A sampler of 2,000 threads (two of them busy), of this process and of another, at soft 1,024 / hard
 /// 20,000: as root one event per processor for every task, only the target's samples delivered
-/// (`cpu-filtered`), unprivileged (or forced) one event per thread and processor; each counts the busy
-/// threads' CPU time as a profile does.
+/// (`cpu-filtered`), unprivileged (or forced) one event per thread and processor, or forced one event per thread
+/// with a ring of its own (`per-thread`); each counts the busy threads' CPU time as a profile does.
 #[test]
 fn a_sampler_of_two_thousand_threads_counts_them_at_a_soft_limit_of_1024() {
     let _serial = common::serial();
     let cases = [
         ("sampler", false, None, "cpu-filtered"),
         ("sampler", false, Some("thread-cpu"), "thread-cpu"),
+        ("sampler", false, Some("per-thread"), "per-thread"),
         ("sampler", true, None, "thread-cpu"),
         ("sampler-other", false, None, "cpu-filtered"),
+        ("sampler-other", false, Some("per-thread"), "per-thread"),
         ("sampler-other", true, None, "thread-cpu"),
     ];
     for (what, unprivileged, forced, expected) in cases {
@@ -407,6 +409,18 @@ fn a_sampler_of_two_thousand_threads_counts_them_at_a_soft_limit_of_1024() {
             expected,
         );
     }
+    // Unprivileged, per-thread rings of 2,000 threads do not fit the locked-memory allowance here: 500 do.
+    check_counts(
+        &run(
+            "sampler-other",
+            (1024, 20_000),
+            500,
+            2,
+            true,
+            Some("per-thread"),
+        ),
+        "per-thread",
+    );
 }
 
 /// A hard limit too small for any layout: `STATUS_INSUFFICIENT_RESOURCES` well under a second, before any

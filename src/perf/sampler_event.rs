@@ -5,7 +5,7 @@
 //! Every layout and flag comes from `perf-event-open-sys2`'s bindings of `<linux/perf_event.h>`.
 //!
 //! # Safety
-//! One `unsafe` block: taking ownership of the descriptor perf-event2's `Builder` opened.
+//! Two `unsafe` blocks: taking ownership of the descriptors perf-event2's `Builder` opened.
 #![allow(unsafe_code)]
 
 use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
@@ -122,7 +122,8 @@ impl SamplerEventParams {
     }
 }
 
-/// Open one sampler event, disabled, for task `tid` (or [`Tid::ALL_TASKS`]) on CPU `cpu`: `sample_type`
+/// Open one sampler event, disabled, for task `tid` (or [`Tid::ALL_TASKS`]) on CPU `cpu` (`None`: on any
+/// CPU, for one task, the per-thread layout): `sample_type`
 /// IP|TID|TIME|CPU (+CALLCHAIN, +REGS_USER|STACK_USER), `sample_id_all`, the monotonic clock, and the
 /// side-band flags of `params`.
 ///
@@ -131,7 +132,7 @@ impl SamplerEventParams {
 pub fn open_sampler_event(
     params: &SamplerEventParams,
     tid: Tid,
-    cpu: usize,
+    cpu: Option<usize>,
 ) -> Result<OwnedFd, Errno> {
     let mut builder = Builder::new(SpecEvent(params.spec));
     if tid == Tid::ALL_TASKS {
@@ -139,8 +140,11 @@ pub fn open_sampler_event(
     } else {
         builder.observe_pid(tid.0);
     }
+    match cpu {
+        Some(cpu) => builder.one_cpu(cpu),
+        None => builder.any_cpu(),
+    };
     builder
-        .one_cpu(cpu)
         .sample_period(params.period)
         .exclude_kernel(params.exclude_kernel)
         .exclude_hv(true)
@@ -182,6 +186,33 @@ pub fn open_sampler_event(
     attr.set_comm_exec(sideband);
     attr.set_task(sideband | u64::from(params.task));
     attr.set_context_switch(u64::from(params.context_switch));
+    let counter = builder.build().map_err(|e| errno_of(&e))?;
+    let raw = counter.into_raw_fd();
+    // SAFETY: `into_raw_fd` hands us sole ownership of a valid, open descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Open the counting companion of a per-thread sampler's event for thread `tid`: the same event on any CPU,
+/// counting (no sample period, no ring), disabled, with `inherit` (and `inherit_thread` when the sampler follows
+/// threads only). Its count takes in every task `tid` creates from the moment that task exists, so the sampler
+/// can tell how much of the event its tasks created later ran before their own events were opened (a `read`
+/// gives the count: no `read_format` bit).
+///
+/// # Errors
+/// The errno of `perf_event_open(2)`.
+pub fn open_sampler_counter(params: &SamplerEventParams, tid: Tid) -> Result<OwnedFd, Errno> {
+    let mut builder = Builder::new(SpecEvent(params.spec));
+    builder
+        .observe_pid(tid.0)
+        .any_cpu()
+        .exclude_kernel(params.exclude_kernel)
+        .exclude_hv(true)
+        .inherit(true)
+        .inherit_thread(params.inherit_thread)
+        .enabled(false);
+    let attr = builder.attrs_mut();
+    attr.read_format = 0;
+    attr.sample_type = 0;
     let counter = builder.build().map_err(|e| errno_of(&e))?;
     let raw = counter.into_raw_fd();
     // SAFETY: `into_raw_fd` hands us sole ownership of a valid, open descriptor.

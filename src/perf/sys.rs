@@ -106,6 +106,18 @@ impl Epoll {
         Errno::result(rc).map(drop)
     }
 
+    /// Watch `fd` for input, edge-triggered: each wake-up of `fd` (a perf ring at its watermark, the hang-up of an
+    /// event whose task exited) comes back once with `token`, and a hang-up is not reported again at every wait.
+    pub fn add_edge(&self, fd: RawFd, token: u64) -> Result<(), Errno> {
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLET) as u32,
+            u64: token,
+        };
+        // SAFETY: as `add`.
+        let rc = unsafe { libc::epoll_ctl(self.fd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
+        Errno::result(rc).map(drop)
+    }
+
     /// Stop watching `fd`.
     pub fn remove(&self, fd: RawFd) {
         let mut ev = libc::epoll_event { events: 0, u64: 0 };

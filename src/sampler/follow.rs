@@ -157,6 +157,20 @@ impl Follow {
         self.procs.len()
     }
 
+    /// True when process `pid` is followed now.
+    pub(super) fn follows(&self, pid: u32) -> bool {
+        self.procs.contains_key(&pid)
+    }
+
+    /// The followed processes not seen exited yet.
+    pub(super) fn live_pids(&self) -> Vec<u32> {
+        self.procs
+            .iter()
+            .filter(|(_, p)| p.gone_at.is_none())
+            .map(|(&pid, _)| pid)
+            .collect()
+    }
+
     /// Descriptors held for followed children (their pidfds).
     pub(super) fn descriptors(&self) -> usize {
         self.procs
@@ -184,6 +198,13 @@ impl Follow {
                 if pid != ppid && self.children && self.procs.contains_key(&ppid) {
                     self.adopt(pid);
                 }
+                // A followed process's fork of a child not followed (children not followed) is its parent's
+                // record, as a `thread-cpu` sampler delivers it from the parent's events.
+                let pid = if self.procs.contains_key(&pid) {
+                    pid
+                } else {
+                    ppid
+                };
                 (pid, None)
             }
             SampleRecord::Lost { .. } | SampleRecord::Throttle { .. } => return Verdict::Deliver,

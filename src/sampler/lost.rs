@@ -24,6 +24,9 @@ pub(super) struct RingLost {
     records: u64,
     /// The drops reported to the caller so far.
     reported: u64,
+    /// The ring's Lost records are not counted, the events' counts alone are: a per-thread ring that also holds
+    /// a task-record event's fork and exit records, whose drops are not the sampler's events' (see `per_thread`).
+    events_only: bool,
 }
 
 impl RingLost {
@@ -34,9 +37,22 @@ impl RingLost {
         }
     }
 
+    /// The accounting of a ring whose Lost records also count another event's drops: the events `fds` count
+    /// theirs.
+    pub(super) fn events_only(fds: Vec<RawFd>) -> RingLost {
+        RingLost {
+            fds,
+            events_only: true,
+            ..RingLost::default()
+        }
+    }
+
     /// A kernel Lost record of `lost` drops: the drops it adds to what was reported (0 when the events' counts
-    /// reported them already).
+    /// reported them already, or count them alone).
     pub(super) fn add_record(&mut self, lost: u64) -> u64 {
+        if self.events_only {
+            return 0;
+        }
         self.records = self.records.saturating_add(lost);
         self.advance(self.records)
     }

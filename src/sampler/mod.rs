@@ -77,13 +77,15 @@ mod blocked;
 mod build;
 mod builder;
 mod follow;
+mod late;
 mod layout;
 mod lost;
 mod open;
+mod per_thread;
+mod read;
 mod thread_state;
 mod wait;
 
-use std::ops::ControlFlow;
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
@@ -94,7 +96,6 @@ pub use crate::perf::records::{
 use crate::api::Process;
 use crate::error::Error;
 use crate::perf::ring::Ring;
-use crate::perf::sampler_decode::decode_record;
 use crate::perf::sampler_event::SampleFormat;
 use crate::perf::sys;
 use crate::source::ProfileSource;
@@ -102,7 +103,7 @@ use crate::status::NtStatus;
 pub use blocked::{BlockedThread, BlockedThreadReader, read_blocked_thread};
 pub use builder::SamplerBuilder;
 use builder::TargetSpec;
-use lost::{NO_LOSS_FREE_BYTES, RingLost};
+use lost::RingLost;
 pub use wait::SamplerWaker;
 pub(crate) use wait::WaitEnd;
 
@@ -141,8 +142,10 @@ pub struct Sampler {
     /// The layout of the events: `thread-cpu` (processes), `cpu-filtered` (processes, privileged, many
     /// threads) or `cpu` (global).
     mode: crate::engine::mode::EventMode,
-    /// A `cpu-filtered` sampler's followed processes and the records held for their fork records.
+    /// A `cpu-filtered` or `per-thread` sampler's followed processes and the records held for their fork records.
     follow: Option<follow::Follow>,
+    /// A `per-thread` sampler's events (one ring per thread, in the order of `rings`).
+    per_thread: Option<per_thread::PerThread>,
     /// The events count the records they could not write (`PERF_FORMAT_LOST`): lost counts are exact.
     events_count_lost: bool,
     /// Where a record that wraps round a ring's end is copied.
@@ -204,6 +207,9 @@ impl Sampler {
             // An event whose task exited answers an error or nothing: the others are enabled all the same.
             let _ = crate::perf::event::enable(std::os::fd::AsFd::as_fd(fd));
         }
+        if let Some(pt) = &self.per_thread {
+            pt.enable();
+        }
         Ok(())
     }
 
@@ -213,6 +219,9 @@ impl Sampler {
     /// `STATUS_INVALID_HANDLE` in a `fork()`ed child.
     pub fn disable(&self) -> Result<(), Error> {
         self.check_owner()?;
+        if let Some(pt) = &self.per_thread {
+            pt.disable();
+        }
         for fd in &self.fds {
             let _ = crate::perf::event::disable(std::os::fd::AsFd::as_fd(fd));
         }
@@ -284,106 +293,6 @@ impl Sampler {
         self.rings.iter().any(|r| r.ring.fill().0 >= self.watermark)
     }
 
-    /// Drains every ring once, calling `f` for each record: the records of one ring in ring order, the rings
-    /// one after the other (order records across rings by `time`). A record's borrowed parts (call chain,
-    /// stack copy, names) live only during the call of `f`. No allocation per record. Returns the number of
-    /// records delivered.
-    ///
-    /// A `cpu-filtered` sampler ([`event_usage`](Self::event_usage)) delivers only its targets' records. A
-    /// record of a process it does not know yet (a child whose fork record is in a ring not read yet) is copied
-    /// into a buffer the sampler reuses, and comes after the rings' records, at the end of this read or of the
-    /// next one, once the fork record was read; otherwise it is dropped. A child it starts to follow takes a
-    /// pidfd (to see its exit) and an entry in a table.
-    ///
-    /// A record handed to `f` is consumed even if `f` panics: the panic goes on to the caller, and the next
-    /// `read` starts with the record after it (`stats()` counts each record once).
-    ///
-    /// Lost records: every record the kernel could not write is counted in a `Lost` record, from the kernel's
-    /// own Lost records and, where the kernel counts them per event (Linux 6.0 and later), from those counts,
-    /// read when a ring was nearly full: a `Lost` record then comes at the end of its ring's records, with the
-    /// drops no earlier `Lost` record reported.
-    ///
-    /// # Errors
-    /// `STATUS_INVALID_HANDLE` in a `fork()`ed child, also when `f` itself forked: the child's `read` returns
-    /// at once without touching the rings again (they are not mapped in the child).
-    pub fn read(&mut self, mut f: impl FnMut(&SampleRecord<'_>)) -> Result<usize, Error> {
-        self.check_owner()?;
-        let Sampler {
-            rings,
-            scratch,
-            format,
-            stats,
-            events_count_lost,
-            follow,
-            ..
-        } = self;
-        let mut delivered = 0usize;
-        let generation = sys::fork_generation();
-        for r in rings.iter_mut() {
-            let CpuRing { ring, lost, .. } = r;
-            let mut saw_lost = false;
-            let drained = ring.drain_words(scratch, |words| {
-                let record = match decode_record(words, *format) {
-                    None => return ControlFlow::Continue(()),
-                    Some(SampleRecord::Lost { lost: n, time }) => {
-                        saw_lost = true;
-                        match lost.add_record(n) {
-                            0 => return ControlFlow::Continue(()),
-                            added => SampleRecord::Lost { lost: added, time },
-                        }
-                    }
-                    Some(record) => record,
-                };
-                if let Some(follow) = follow.as_mut() {
-                    match follow.decide(&record) {
-                        follow::Verdict::Deliver => {}
-                        follow::Verdict::Hold => {
-                            follow.hold(words);
-                            return ControlFlow::Continue(());
-                        }
-                        follow::Verdict::Drop => return ControlFlow::Continue(()),
-                    }
-                }
-                count(stats, &record);
-                delivered += 1;
-                f(&record);
-                ControlFlow::Continue(())
-            });
-            if drained.forked {
-                return Err(forked());
-            }
-            let free = drained.size.saturating_sub(drained.used);
-            if *events_count_lost && (saw_lost || free < NO_LOSS_FREE_BYTES) {
-                let added = lost.add_event_counts();
-                if added > 0 {
-                    let record = SampleRecord::Lost {
-                        lost: added,
-                        time: sys::monotonic_ns(),
-                    };
-                    count(stats, &record);
-                    delivered += 1;
-                    f(&record);
-                    if sys::fork_generation() != ring.generation() {
-                        return Err(forked());
-                    }
-                }
-            }
-        }
-        // The records held for a fork record not read yet, now that every ring was read once.
-        if let Some(follow) = follow.as_mut() {
-            let finished = follow.end_pass(|record| {
-                count(stats, record);
-                delivered += 1;
-                f(record);
-                sys::fork_generation() == generation
-            });
-            if !finished {
-                return Err(forked());
-            }
-        }
-        Ok(delivered)
-    }
-
     /// What the sampler delivered so far: records, samples, lost, throttled, unthrottled.
     pub fn stats(&self) -> SamplerStats {
         self.stats
@@ -399,22 +308,29 @@ impl Sampler {
         self.source
     }
 
-    /// The sampler's perf events: their layout (`thread-cpu`: one event per thread and processor; `cpu-filtered`:
-    /// one per processor for every task, of which the targets' records are delivered; `cpu`: a global sampler),
-    /// descriptors (with, for `cpu-filtered`, the pidfds of the children it follows), rings and the bytes of
-    /// their mappings. `threads` is the number of events per ring for `thread-cpu` (the threads observed
-    /// directly, of all target processes together), the processes followed now for `cpu-filtered`.
+    /// The sampler's perf events: their layout (`thread-cpu`: one event per thread and processor; `per-thread`:
+    /// per thread one event with a ring of its own; `cpu-filtered`: one per processor for every task, of which the
+    /// targets' records are delivered; `cpu`: a global sampler), descriptors (with, for `cpu-filtered` and
+    /// `per-thread`, the pidfds of the children it follows, and for `per-thread` the counting events of the
+    /// threads of the start), rings and the bytes of their mappings. `threads` is the number of events per ring
+    /// for `thread-cpu` (the threads observed directly, of all target processes together), the threads with
+    /// events now for `per-thread`, the processes followed now for `cpu-filtered`.
     pub fn event_usage(&self) -> crate::engine::mode::EventUsage {
         let rings = self.rings.len();
         crate::engine::mode::EventUsage {
             mode: self.mode,
             descriptors: self.fds.len()
-                + self.follow.as_ref().map_or(0, follow::Follow::descriptors),
+                + self.follow.as_ref().map_or(0, follow::Follow::descriptors)
+                + self
+                    .per_thread
+                    .as_ref()
+                    .map_or(0, per_thread::PerThread::descriptors),
             rings,
             ring_bytes: rings * (self.pages + 1) * crate::perf::ring::page_size(),
-            threads: match &self.follow {
-                Some(f) => f.processes(),
-                None => self.fds.len().checked_div(rings).unwrap_or(0),
+            threads: match (&self.per_thread, &self.follow) {
+                (Some(pt), _) => pt.threads(),
+                (None, Some(f)) => f.processes(),
+                (None, None) => self.fds.len().checked_div(rings).unwrap_or(0),
             },
         }
     }
@@ -462,22 +378,6 @@ fn forked() -> Error {
         "this sampler was built by the parent of this fork()ed process: its rings do not exist here (build a \
          new sampler in the child)",
     )
-}
-
-/// Count a delivered record into the statistics.
-fn count(stats: &mut SamplerStats, record: &SampleRecord<'_>) {
-    stats.records += 1;
-    match record {
-        SampleRecord::Sample(_) => stats.samples += 1,
-        SampleRecord::Lost { lost, .. } => stats.lost += lost,
-        SampleRecord::Throttle {
-            throttled: true, ..
-        } => stats.throttled += 1,
-        SampleRecord::Throttle {
-            throttled: false, ..
-        } => stats.unthrottled += 1,
-        _ => {}
-    }
 }
 
 impl Drop for Sampler {

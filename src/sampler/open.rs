@@ -143,6 +143,11 @@ impl Opener {
         self.cpus.len()
     }
 
+    /// The fewest data pages a ring may have (two of the largest samples and a Lost record).
+    pub(super) fn min_pages(&self) -> usize {
+        self.min_pages
+    }
+
     /// Open the events of every target (or, `global`, of every task on each CPU); the target processes are
     /// returned, to be kept open for the sampler's life. The library's own threads `own` are never observed. When the
     /// locked-memory budget refuses a ring, everything is closed and opened again with rings of half the size
@@ -365,7 +370,7 @@ impl Opener {
             } else {
                 self.params.sideband_only()
             };
-            match open_sampler_event(&params, tid, cpu) {
+            match open_sampler_event(&params, tid, Some(cpu)) {
                 Ok(fd) => return Ok(Some(fd)),
                 Err(Errno::ESRCH) if tid != Tid::ALL_TASKS => return Ok(None),
                 Err(Errno::EINTR) if interrupted < 3 => interrupted += 1,
@@ -402,6 +407,11 @@ pub(super) fn threads(target: &Target) -> Result<Vec<Tid>, Error> {
             ),
         )),
     }
+}
+
+/// The error of a refused system call while opening events for another process `pid`, or for this one.
+pub(super) fn refused(errno: Errno, pid: Option<u32>, doing: &str) -> Error {
+    refusal(errno, pid.map_or(Who::Current, Who::Other), doing)
 }
 
 /// The error of a refused system call while opening events for `who`.

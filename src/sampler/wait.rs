@@ -16,6 +16,9 @@ use crate::perf::sys::{self, Epoll, Waker};
 
 /// The epoll token of the eventfd (the events' tokens are their indices).
 const WAKER_TOKEN: u64 = u64::MAX;
+/// The bit of the tokens of the rings a per-thread sampler adds and removes as threads come and go (the rest of
+/// the token is the descriptor): any wake-up of one (data or hang-up) is something to read.
+const RING_TOKEN: u64 = 1 << 62;
 
 /// How a wait ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,6 +54,9 @@ pub(super) struct WaitSet {
     woken: AtomicBool,
     /// A ring became readable, seen by a poll that was not a wait's (`targets_exited`).
     ready: AtomicBool,
+    /// A wait ends (ready) after this long at most: a per-thread sampler's fork records, which wake nobody (a
+    /// ring's watermark counts bytes), are read within it, and the new tasks' events opened.
+    cap: Option<Duration>,
 }
 
 impl WaitSet {
@@ -79,7 +85,27 @@ impl WaitSet {
             closed: AtomicBool::new(false),
             woken: AtomicBool::new(false),
             ready: AtomicBool::new(false),
+            cap: None,
         })
+    }
+
+    /// Every wait ends (ready) after `cap` at most.
+    pub(super) fn with_cap(self, cap: Duration) -> WaitSet {
+        WaitSet {
+            cap: Some(cap),
+            ..self
+        }
+    }
+
+    /// Watch the ring of a per-thread sampler's thread (edge-triggered: its hang-up wakes one wait, and the
+    /// sampler then reads the thread's exit record and removes it).
+    pub(super) fn add_ring(&self, fd: RawFd) -> Result<(), Errno> {
+        self.epoll.add_edge(fd, RING_TOKEN | fd as u64)
+    }
+
+    /// Stop watching a ring added by [`add_ring`](Self::add_ring), before its descriptor closes.
+    pub(super) fn remove_ring(&self, fd: RawFd) {
+        self.epoll.remove(fd);
     }
 
     /// True when the events follow tasks and every one of them hung up.
@@ -98,6 +124,10 @@ impl WaitSet {
         for ev in &events[..n] {
             if ev.u64 == WAKER_TOKEN {
                 woken = true;
+                continue;
+            }
+            if ev.u64 & RING_TOKEN != 0 {
+                ready = true;
                 continue;
             }
             let index = ev.u64 as usize;
@@ -127,6 +157,7 @@ impl WaitSet {
     /// Wait until a ring is readable, every target exited, a wake-up, a close, or the timeout.
     pub(super) fn wait(&self, timeout: Duration) -> WaitEnd {
         let deadline = Instant::now().checked_add(timeout);
+        let capped = self.cap.and_then(|c| Instant::now().checked_add(c));
         loop {
             // Acquire (each flag): pairs with the Release store of whoever set it, before its eventfd write.
             if self.closed.load(Ordering::Acquire) {
@@ -141,8 +172,12 @@ impl WaitSet {
             let left = deadline.map_or(Duration::MAX, |d| {
                 d.saturating_duration_since(Instant::now())
             });
+            let to_cap = capped.map_or(Duration::MAX, |c| {
+                c.saturating_duration_since(Instant::now())
+            });
             // Round up to a whole millisecond so that a short timeout still waits.
-            let ms = i32::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX);
+            let ms =
+                i32::try_from(left.min(to_cap).as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX);
             let (ready, hung, woken) = self.poll(ms, true);
             if woken && !self.closed.load(Ordering::Acquire) {
                 // A close leaves the eventfd readable, so that every waiter sees it; a wake-up is for one.
@@ -153,6 +188,9 @@ impl WaitSet {
             }
             if !woken && (left.is_zero() || deadline.is_some_and(|d| Instant::now() >= d)) {
                 return WaitEnd::Timeout;
+            }
+            if !woken && capped.is_some_and(|c| Instant::now() >= c) {
+                return WaitEnd::Ready;
             }
         }
     }
@@ -193,6 +231,11 @@ pub(super) fn wait_any(sets: &[&WaitSet], timeout: Duration) -> WaitEnd {
         return one.wait(timeout);
     }
     let deadline = Instant::now().checked_add(timeout);
+    let capped = sets
+        .iter()
+        .filter_map(|s| s.cap)
+        .min()
+        .and_then(|c| Instant::now().checked_add(c));
     loop {
         if let Some(end) = sets.iter().find_map(|s| s.pending_end()) {
             return end;
@@ -200,7 +243,10 @@ pub(super) fn wait_any(sets: &[&WaitSet], timeout: Duration) -> WaitEnd {
         let left = deadline.map_or(Duration::MAX, |d| {
             d.saturating_duration_since(Instant::now())
         });
-        let ms = i32::try_from(left.as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX);
+        let to_cap = capped.map_or(Duration::MAX, |c| {
+            c.saturating_duration_since(Instant::now())
+        });
+        let ms = i32::try_from(left.min(to_cap).as_nanos().div_ceil(1_000_000)).unwrap_or(i32::MAX);
         let mut fds: Vec<PollFd<'_>> = sets
             .iter()
             .map(|s| PollFd::new(s.epoll.as_fd(), PollFlags::POLLIN))
@@ -231,6 +277,9 @@ pub(super) fn wait_any(sets: &[&WaitSet], timeout: Duration) -> WaitEnd {
         }
         if !woken && (left.is_zero() || deadline.is_some_and(|d| Instant::now() >= d)) {
             return WaitEnd::Timeout;
+        }
+        if !woken && capped.is_some_and(|c| Instant::now() >= c) {
+            return WaitEnd::Ready;
         }
     }
 }
