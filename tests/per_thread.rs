@@ -308,3 +308,122 @@ fn threads_that_come_and_go_are_counted_exactly_and_their_events_closed() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The churn case for a sampler (`ntprofile::Sampler`, as `ntprof attach` opens it): 100 batches of 4 threads
+/// of 50 page faults each come and go in another process, sampled at every page fault in the per-thread layout,
+/// read as a recorder reads (wait, read); every fault the kernel counted (an independent counter) is a sample or
+/// reported lost, and once the threads are gone only the first thread's events are left.
+fn sampler_churn_case(exe: &std::path::Path) -> String {
+    use ntprofile::{SampleRecord, Sampler};
+    let mut child = Command::new(exe)
+        .args(["4", "50", "20000", "0", "100", "hold"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn the faulter");
+    let pid = child.id();
+    common::wait_blocked_in_read(pid, "the faulter");
+    let mut sampler = Sampler::builder()
+        .pid(pid)
+        .source(ProfileSource::PageFaults)
+        .interval(1)
+        .sideband(false)
+        .build()
+        .expect("build");
+    let start = sampler.event_usage();
+    let mut counter = common::page_fault_counter(pid);
+    sampler.enable().expect("enable");
+    counter.enable().expect("enable the counter");
+    let (mut samples, mut lost) = (0u64, 0u64);
+    let mut record = |r: &SampleRecord<'_>| match r {
+        SampleRecord::Sample(s) if s.pid == pid => samples += 1,
+        SampleRecord::Lost { lost: n, .. } => lost += n,
+        _ => {}
+    };
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"go\n").unwrap();
+    // The faulter prints "done" when its threads are joined: read it on a thread while this one records.
+    let stdout = child.stdout.take().unwrap();
+    let done = std::thread::spawn(move || {
+        let mut line = String::new();
+        std::io::BufReader::new(stdout)
+            .read_line(&mut line)
+            .unwrap();
+        line
+    });
+    let t = Instant::now();
+    while !done.is_finished() && t.elapsed() < Duration::from_secs(120) {
+        sampler.wait(Duration::from_millis(100)).expect("wait");
+        sampler.read(&mut record).expect("read");
+    }
+    assert_eq!(done.join().unwrap(), "done\n");
+    // The exited threads' rings close once their exit records (or a scan of the thread list) are read.
+    let closed = eventually(|| {
+        sampler.read(&mut record).expect("read");
+        sampler.event_usage().descriptors == start.descriptors
+    });
+    let after = sampler.event_usage();
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    let took = counter.read().expect("read the counter");
+    sampler.disable().expect("disable");
+    sampler.read(&mut record).expect("read");
+    let st = sampler.stats();
+    let seen = format!(
+        "mode {}; descriptors at the start {}, after the threads exited {} (closed: {closed}); the kernel took \
+         {took}; samples {samples} + lost {lost} = {}; {st:?}",
+        start.mode.name(),
+        start.descriptors,
+        after.descriptors,
+        samples + lost
+    );
+    println!("{seen}");
+    assert_eq!(start.mode.name(), "per-thread", "{seen}");
+    assert!(closed, "{seen}");
+    assert_eq!(st.throttled, 0, "{seen}");
+    assert!(took >= 100 * 4 * 50, "{seen}");
+    assert_eq!(samples + lost, took, "{seen}");
+    seen
+}
+
+#[test]
+#[ignore = "a helper process of the test below"]
+fn sampler_churn_helper() {
+    if let Ok(exe) = std::env::var(HELPER_ENV) {
+        println!(
+            "RESULT seen {}",
+            sampler_churn_case(std::path::Path::new(&exe))
+        );
+    }
+}
+
+/// A sampler of another process whose threads come and go, in the per-thread layout: 400 threads, 4 at a time,
+/// each gets its own events while it lives (opened from its fork record) and has them closed when it exits;
+/// every page fault the kernel counted is a sample or reported lost (what a thread ran before its events opened
+/// is reported lost from the counters). As root, and without privilege.
+#[test]
+fn a_per_thread_sampler_of_threads_that_come_and_go_accounts_for_every_fault() {
+    let dir = scratch("sampler-churn");
+    let faulter = build_faulter(&dir);
+    let me = copy_of_this_binary(&dir);
+    for unprivileged in [false, true] {
+        let mut c = if unprivileged {
+            common::unprivileged_command(&me)
+        } else {
+            Command::new(&me)
+        };
+        c.args([
+            "--ignored",
+            "--exact",
+            "sampler_churn_helper",
+            "--nocapture",
+        ])
+        .env(HELPER_ENV, &faulter)
+        .env("NTPROFILE_EVENTS", "per-thread")
+        .current_dir(&dir);
+        let (stdout, _, r) = common::run_helper_process(c);
+        println!("unprivileged {unprivileged}:\n{stdout}");
+        assert!(r.contains_key("seen"), "{stdout}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

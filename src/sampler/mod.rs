@@ -235,13 +235,7 @@ impl Sampler {
     /// # Errors
     /// `STATUS_INVALID_HANDLE` in a `fork()`ed child.
     pub fn wait(&self, timeout: Duration) -> Result<bool, Error> {
-        let Some(waker) = self.prepare_wait()? else {
-            return Ok(true);
-        };
-        Ok(match waker.wait(timeout) {
-            WaitEnd::Ready => true,
-            WaitEnd::Timeout | WaitEnd::Woken | WaitEnd::Closed => false,
-        })
+        Self::wait_any(&[self], timeout)
     }
 
     /// Waits as [`wait`](Self::wait) does, on several samplers at once: until one of them would have ended its
@@ -264,10 +258,25 @@ impl Sampler {
             return Ok(false);
         }
         let sets: Vec<&wait::WaitSet> = wakers.iter().map(|w| &*w.0).collect();
-        Ok(match wait::wait_any(&sets, timeout) {
-            WaitEnd::Ready => true,
-            WaitEnd::Timeout | WaitEnd::Woken | WaitEnd::Closed => false,
-        })
+        let deadline = std::time::Instant::now().checked_add(timeout);
+        loop {
+            let left = deadline.map_or(timeout, |d| {
+                d.saturating_duration_since(std::time::Instant::now())
+            });
+            return Ok(match wait::wait_any(&sets, left) {
+                WaitEnd::Ready => true,
+                WaitEnd::Timeout | WaitEnd::Woken | WaitEnd::Closed => false,
+                // A per-thread sampler looks every 10 ms whether a ring holds anything (a fork record).
+                WaitEnd::Capped if samplers.iter().any(|s| s.holds_records()) => true,
+                WaitEnd::Capped if left.is_zero() => false,
+                WaitEnd::Capped => continue,
+            });
+        }
+    }
+
+    /// True when a per-thread sampler's ring holds a record (below its watermark).
+    fn holds_records(&self) -> bool {
+        self.per_thread.is_some() && self.rings.iter().any(|r| r.ring.fill().0 > 0)
     }
 
     /// The first half of [`wait`](Self::wait), which needs the sampler: `None` when there is something to read

@@ -378,7 +378,6 @@ impl PerThread {
         lost: bool,
         deliver: &mut dyn FnMut(&SampleRecord<'_>) -> bool,
     ) -> bool {
-        let changed = !self.ended.is_empty() || !self.born.is_empty();
         self.ended.sort_unstable();
         self.ended.dedup();
         while let Some(index) = self.ended.pop() {
@@ -407,7 +406,11 @@ impl PerThread {
                 return false;
             }
         }
-        if changed || follow.all_exited() || self.last_gap.elapsed() >= GAP_INTERVAL {
+        // Reading every count costs a system call per thread: at most every 250 ms while the tasks run, at each
+        // read once they stopped (disabled, or every followed process exited), when the counts are final.
+        // Relaxed: see `observe`.
+        let stopped = !self.enabled.load(Ordering::Relaxed) || follow.all_exited();
+        if stopped || self.last_gap.elapsed() >= GAP_INTERVAL {
             self.last_gap = Instant::now();
             let gap = self.gap();
             if gap > self.gap_reported {

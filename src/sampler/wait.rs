@@ -31,6 +31,9 @@ pub(crate) enum WaitEnd {
     Woken,
     /// The sampler was closed (the C API's `NtClose`).
     Closed,
+    /// A per-thread sampler's wait reached its cap (`WaitSet::with_cap`): the sampler looks whether a ring holds
+    /// anything (a fork record wakes nobody), and waits on if not.
+    Capped,
 }
 
 /// The events a sampler waits on, and what wakes a waiter.
@@ -54,7 +57,7 @@ pub(super) struct WaitSet {
     woken: AtomicBool,
     /// A ring became readable, seen by a poll that was not a wait's (`targets_exited`).
     ready: AtomicBool,
-    /// A wait ends (ready) after this long at most: a per-thread sampler's fork records, which wake nobody (a
+    /// A wait ends (`Capped`) after this long at most: a per-thread sampler's fork records, which wake nobody (a
     /// ring's watermark counts bytes), are read within it, and the new tasks' events opened.
     cap: Option<Duration>,
 }
@@ -89,7 +92,7 @@ impl WaitSet {
         })
     }
 
-    /// Every wait ends (ready) after `cap` at most.
+    /// Every wait ends after `cap` at most (`Capped`, unless it ended otherwise).
     pub(super) fn with_cap(self, cap: Duration) -> WaitSet {
         WaitSet {
             cap: Some(cap),
@@ -190,7 +193,7 @@ impl WaitSet {
                 return WaitEnd::Timeout;
             }
             if !woken && capped.is_some_and(|c| Instant::now() >= c) {
-                return WaitEnd::Ready;
+                return WaitEnd::Capped;
             }
         }
     }
@@ -279,7 +282,7 @@ pub(super) fn wait_any(sets: &[&WaitSet], timeout: Duration) -> WaitEnd {
             return WaitEnd::Timeout;
         }
         if !woken && capped.is_some_and(|c| Instant::now() >= c) {
-            return WaitEnd::Ready;
+            return WaitEnd::Capped;
         }
     }
 }

@@ -23,6 +23,7 @@ mod common;
 
 mod blocked;
 mod errors;
+mod per_thread;
 mod promises;
 mod sideband;
 mod stacks;
@@ -249,6 +250,7 @@ fn record_until_exit(
     limit: Duration,
 ) -> (Vec<Rec>, usize) {
     let mut program = program;
+    check_forced_layout(sampler);
     sampler.enable().expect("enable");
     program.go();
     let mut recs = Vec::new();
@@ -267,6 +269,19 @@ fn record_until_exit(
     // A sort by time keeps the ring order of equal times (stable), and Lost/Throttle (time 0 here) first.
     recs.sort_by_key(Rec::time);
     (recs, delivered)
+}
+
+/// The layout `NTPROFILE_EVENTS` forces, when a test runs again with it (`per_thread`): the sampler took it.
+fn check_forced_layout(sampler: &Sampler) {
+    if let Ok(forced) = std::env::var("NTPROFILE_EVENTS") {
+        assert_eq!(sampler.event_usage().mode.name(), forced);
+    }
+}
+
+/// The test runs again in the per-thread layout (`per_thread`): a task created later is observed from the read
+/// that finds its fork record, and what it ran before is reported lost.
+fn per_thread_layout() -> bool {
+    std::env::var("NTPROFILE_EVENTS").is_ok_and(|m| m == "per-thread")
 }
 
 /// Samples per pid.

@@ -172,6 +172,7 @@ fn a_tree_of_short_lived_children_loses_nothing_silently() {
             .build()
             .expect("build");
         let mut counter = common::page_fault_counter(pid);
+        check_forced_layout(&sampler);
         sampler.enable().expect("enable");
         counter.enable().expect("enable the counter");
         program.go();
@@ -214,7 +215,12 @@ fn a_tree_of_short_lived_children_loses_nothing_silently() {
             // counts events, and the comparison says nothing. Try again.
             continue;
         }
-        assert!(lost > 0 && samples > 0 && deep > 0, "{last}");
+        // In the per-thread layout (`per_thread`) most children end before a read finds their fork record: their
+        // samples are reported lost, and a deep chain may never be delivered.
+        assert!(
+            lost > 0 && samples > 0 && (deep > 0 || per_thread_layout()),
+            "{last}"
+        );
         assert_eq!(samples + lost, took, "{last}");
         return;
     }

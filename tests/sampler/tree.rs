@@ -123,7 +123,12 @@ fn a_process_tree_is_followed_through_fork_exec_and_exit() {
     }
     println!("leaf: {inside} of {total} samples after the exec in leaf's executable mapping");
     assert!(total >= 50 && inside * 2 >= total, "{inside} of {total}");
-    assert_eq!(stats.lost, 0, "nothing lost at 1 ms");
+    if per_thread_layout() {
+        // Each of the three children runs until a read finds its fork record (a wait lasts 10 ms at most).
+        assert!(stats.lost * 5 < stats.samples, "{stats:?}");
+    } else {
+        assert_eq!(stats.lost, 0, "nothing lost at 1 ms");
+    }
 }
 
 /// With inherit(false): the root's own samples only, none from its children (their Fork records still come,
