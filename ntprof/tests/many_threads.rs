@@ -1,8 +1,8 @@
 //! `ntprof attach` to a running process of 2,000 threads at the usual descriptor limits (soft 1,024, hard
 //! 20,000), as root and without privilege: the recording opens (as root with one event per processor for every
 //! task, the target's samples kept; unprivileged with one per thread and processor, the soft limit raised to
-//! the hard one), its report names the event layout with its descriptors and rings, and the spinning thread is
-//! sampled.
+//! the hard one; forced, with one per thread and a ring of its own), its report names the event layout with its
+//! descriptors and rings, and the spinning thread is sampled.
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Command;
@@ -23,7 +23,9 @@ fn attach_to_two_thousand_threads_at_a_soft_limit_of_1024() {
         let mode = std::fs::metadata(p).unwrap().permissions().mode();
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode | 0o755)).unwrap();
     }
-    for unprivileged in [false, true] {
+    // (unprivileged, the layout forced): per-thread as root (unprivileged, 2,000 rings do not fit the locked
+    // memory allowed here; on more than two processors it is what an unprivileged recorder takes).
+    for (unprivileged, forced) in [(false, None), (true, None), (false, Some("per-thread"))] {
         // The target runs as the user who attaches (nobody may profile only its own processes).
         let mut target = Command::new("prlimit");
         target.arg("--nofile=1024:20000").arg("--");
@@ -50,6 +52,10 @@ fn attach_to_two_thousand_threads_at_a_soft_limit_of_1024() {
             }
             std::thread::sleep(Duration::from_millis(25));
         }
+        match forced {
+            Some(layout) => ntprof.env("NTPROFILE_EVENTS", layout),
+            None => ntprof.env_remove("NTPROFILE_EVENTS"),
+        };
         let out = run_ok(
             ntprof.arg(env!("CARGO_BIN_EXE_ntprof")).args([
                 "attach",
@@ -67,7 +73,13 @@ fn attach_to_two_thousand_threads_at_a_soft_limit_of_1024() {
         let r: Value = serde_json::from_slice(&out.stdout).expect("JSON report");
         let events = &r["run"]["events"];
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-        if unprivileged || !is_root() {
+        if forced == Some("per-thread") {
+            // One event per thread with a ring of its own, and a counter per thread of the start.
+            assert_eq!(events["mode"], "per-thread", "{events}");
+            let d = u(&events["descriptors"]);
+            assert!((2000..=2 * 2001 + 16).contains(&d), "{events}");
+            assert!(u(&events["rings"]) >= 2000, "{events}");
+        } else if unprivileged || !is_root() {
             // One event per thread and processor, one ring per processor.
             assert_eq!(events["mode"], "thread-cpu", "{events}");
             assert!(u(&events["descriptors"]) >= 2000 * cpus.min(2), "{events}");
