@@ -18,7 +18,7 @@ use std::cell::RefCell;
 use std::ffi::c_void;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::boundary::{CURRENT_PROCESS, CURRENT_THREAD, Handle, boundary, handle_arg};
 use super::probe;
@@ -116,14 +116,26 @@ fn read_sampler(
 ) -> Result<usize, NtStatus> {
     let shared = lookup(handle)?;
     if timeout_ms != 0 {
-        let pending = {
-            let guard = shared.inner.lock().unwrap_or_else(PoisonError::into_inner);
-            guard.sampler.prepare_wait().map_err(|e| e.status())?
-        };
-        if let Some(waker) = pending
-            && waker.wait(Duration::from_millis(u64::from(timeout_ms))) == WaitEnd::Closed
-        {
-            return Err(NtStatus::INVALID_HANDLE);
+        let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
+        loop {
+            let pending = {
+                let guard = shared.inner.lock().unwrap_or_else(PoisonError::into_inner);
+                guard.sampler.prepare_wait().map_err(|e| e.status())?
+            };
+            let Some(waker) = pending else { break };
+            let left = deadline.saturating_duration_since(Instant::now());
+            match waker.wait(left) {
+                WaitEnd::Closed => return Err(NtStatus::INVALID_HANDLE),
+                // A per-thread sampler's wait ends every 10 ms: read if a ring holds anything (a fork record),
+                // else wait on.
+                WaitEnd::Capped if !left.is_zero() => {
+                    let guard = shared.inner.lock().unwrap_or_else(PoisonError::into_inner);
+                    if guard.sampler.holds_records() {
+                        break;
+                    }
+                }
+                _ => break,
+            }
         }
     }
     if shared.waker.is_closed() {

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use super::follow::Follow;
 use super::lost::RingLost;
 use super::open::{Opener, Target, shortage, watermark_for};
-use super::per_thread::PerThread;
 use super::wait::WaitSet;
 use super::{CpuRing, Sampler, SamplerBuilder, SamplerWaker, TargetSpec};
 use crate::affinity::{CpuSet, online_cpus};
@@ -49,7 +48,7 @@ pub(super) fn build(b: SamplerBuilder) -> Result<Sampler, Error> {
     let layout = super::layout::choose_layout(&opener, b.global, &targets, &own)?;
     let mode = layout.mode;
     if mode == EventMode::PerThread {
-        let b = Built {
+        let b = super::per_thread::Built {
             interval,
             source: src,
             me,
@@ -59,7 +58,7 @@ pub(super) fn build(b: SamplerBuilder) -> Result<Sampler, Error> {
             sideband: b.sideband,
             wakeup: b.wakeup_bytes,
         };
-        return build_per_thread(b, opener.params, layout.pages, targets, &own);
+        return super::per_thread::build(b, opener.params, layout.pages, targets, &own);
     }
     let filtered = mode == EventMode::CpuFiltered;
     if filtered {
@@ -132,79 +131,6 @@ pub(super) fn build(b: SamplerBuilder) -> Result<Sampler, Error> {
         owner: me,
         _processes: processes,
         pin,
-    })
-}
-
-/// What a sampler keeps of its build beside its events.
-struct Built {
-    interval: u32,
-    source: ProfileSource,
-    me: u32,
-    pin: Option<ThreadsPin>,
-    cpus: CpuSet,
-    inherit: bool,
-    sideband: bool,
-    wakeup: Option<usize>,
-}
-
-/// A `per-thread` sampler: per thread of the targets one event with a ring of `pages` data pages, the tree
-/// followed from the fork records (see `per_thread`).
-fn build_per_thread(
-    b: Built,
-    params: SamplerEventParams,
-    pages: usize,
-    targets: Vec<Target>,
-    own: &[Tid],
-) -> Result<Sampler, Error> {
-    let params = SamplerEventParams {
-        wakeup_watermark: b
-            .wakeup
-            .map_or_else(|| watermark_for(pages), |w| w.min(pages * page_size())),
-        ..params
-    };
-    let processes: Vec<Process> = targets
-        .iter()
-        .filter_map(|t| match t {
-            Target::Process(p) => Some(p.clone()),
-            Target::Current => None,
-        })
-        .collect();
-    let exits: Vec<RawFd> = processes.iter().map(|p| p.pidfd().as_raw_fd()).collect();
-    let waits = WaitSet::new(Vec::new(), false, &exits)
-        .map_err(|e| shortage(e, "the epoll set of the sampler's events"))?
-        .with_cap(super::per_thread::FOLLOW_WAIT);
-    let online = online_cpus();
-    let filter = (b.cpus != online).then_some(b.cpus);
-    let (pt, rings) = PerThread::open(params, pages, filter, &targets, b.me, own, &waits)?;
-    let format = sampler_event::format_of(&params);
-    let current = targets.iter().any(|t| matches!(t, Target::Current));
-    let own: Vec<u32> = own.iter().map(|t| t.0 as u32).collect();
-    let follow = Follow::new(
-        &processes,
-        current.then_some(b.me),
-        &own,
-        b.inherit,
-        b.sideband,
-        format,
-    );
-    Ok(Sampler {
-        fds: Vec::new(),
-        rings,
-        waits: SamplerWaker(Arc::new(waits)),
-        pages,
-        mode: EventMode::PerThread,
-        follow: Some(follow),
-        events_count_lost: pt.read_lost(),
-        per_thread: Some(pt),
-        scratch: vec![0u64; Ring::MAX_RECORD_WORDS].into_boxed_slice(),
-        format,
-        watermark: params.wakeup_watermark as u64,
-        stats: Default::default(),
-        interval: b.interval,
-        source: b.source,
-        owner: b.me,
-        _processes: processes,
-        pin: b.pin,
     })
 }
 

@@ -275,7 +275,7 @@ impl Sampler {
     }
 
     /// True when a per-thread sampler's ring holds a record (below its watermark).
-    fn holds_records(&self) -> bool {
+    pub(crate) fn holds_records(&self) -> bool {
         self.per_thread.is_some() && self.rings.iter().any(|r| r.ring.fill().0 > 0)
     }
 
