@@ -681,7 +681,10 @@ typedef struct _NTPROFILE_SAMPLER_STATISTICS {
     ULONG TargetsExited;      /* 1 when every target process (and, with INHERIT, its descendants) has exited */
     ULONG EventMode;          /* the layout of its events, NTPROFILE_EVENTS_*: THREAD_CPU (processes), CPU_FILTERED
                                  (processes, privileged, threads x processors above 1,024: one event per processor
-                                 for every task, only the targets' records delivered), CPU (global) */
+                                 for every task, only the targets' records delivered), PER_THREAD (processes,
+                                 unprivileged, threads x processors above 1,024 on more than two processors: one
+                                 event and ring per thread, tasks created later opened as reads find their fork
+                                 records, what they ran before reported lost), CPU (global) */
 } NTPROFILE_SAMPLER_STATISTICS, *PNTPROFILE_SAMPLER_STATISTICS;
 
 /* NtprofileCreateSampler -- open a sampler's events, disabled, and write its handle. The checks, in the order

@@ -122,6 +122,7 @@ pub(super) fn build(b: SamplerBuilder) -> Result<Sampler, Error> {
         follow,
         per_thread: None,
         events_count_lost: opener.params.read_lost,
+        no_loss_free: super::lost::no_loss_free_bytes(&opener.params),
         scratch: vec![0u64; Ring::MAX_RECORD_WORDS].into_boxed_slice(),
         format,
         watermark,

@@ -9,11 +9,24 @@
 
 use std::os::fd::RawFd;
 
+use crate::perf::sampler_event::{LOST_RECORD_BYTES, SamplerEventParams, max_sample_bytes};
 use crate::perf::sys;
 
-/// Bytes of the largest record the kernel writes (a header's size is a `u16`) plus a Lost record: a ring with
-/// more free space than this lost nothing since it last gave space back.
-pub(super) const NO_LOSS_FREE_BYTES: u64 = 65_536 + 64;
+/// The largest side-band record: an `mmap2` record with a file name of `PATH_MAX` bytes, its fixed fields and
+/// its `sample_id_all` trailer.
+const MAX_SIDEBAND_RECORD_BYTES: usize = 4096 + 128;
+
+/// Bytes of the largest record events opened with `params` write plus a Lost record: a ring with more free space
+/// than this at a read lost nothing since the read before (its fill only grows between two reads), so its
+/// events' drop counts need no system call.
+pub(super) fn no_loss_free_bytes(params: &SamplerEventParams) -> u64 {
+    let sideband = if params.sideband {
+        MAX_SIDEBAND_RECORD_BYTES
+    } else {
+        0
+    };
+    (max_sample_bytes(params).max(sideband) + LOST_RECORD_BYTES) as u64
+}
 
 /// The lost-record accounting of one ring.
 #[derive(Debug, Default)]

@@ -48,8 +48,14 @@
 //! would need more than 1,024 descriptors or more than the hard limit leaves: one event per CPU for every task,
 //! of which only the targets' records are delivered, the tree followed from the kernel's fork records (a
 //! child's records read before its fork record are held back for up to two reads; see `follow`).
-//! `NTPROFILE_EVENTS=thread-cpu` or `cpu-filtered` forces one. A global sampler opens one event per CPU for
-//! every task (`cpu`). [`Sampler::event_usage`] tells which. Samples carry `IP|TID|TIME|CPU` (+`CALLCHAIN`,
+//! Without that privilege, past the same 1,024 descriptors, the `per-thread` layout where it takes fewer
+//! descriptors (more than two CPUs) and its rings fit the locked memory: per thread one event on any CPU
+//! without `inherit`, owning a ring of its own, and a counting event with `inherit` per thread of the start;
+//! each [`Sampler::read`] opens the events of the tasks whose fork records it read (and, with them, reports what
+//! they mapped or exec'ed before, from `/proc`), closes the rings of threads that exited, lists the threads again
+//! every 500 ms, and reports what late tasks ran before their events opened as lost (see `per_thread`).
+//! `NTPROFILE_EVENTS=thread-cpu`, `per-thread` or `cpu-filtered` forces one. A global sampler opens one event
+//! per CPU for every task (`cpu`). [`Sampler::event_usage`] tells which. Samples carry `IP|TID|TIME|CPU` (+`CALLCHAIN`,
 //! +`REGS_USER|STACK_USER`); every record carries pid, tid, time and CPU (`sample_id_all`); times are
 //! `CLOCK_MONOTONIC` nanoseconds ([`sampler_clock_ns`]). A source the kernel samples in its own code (context
 //! switches, CPU migrations) also takes kernel samples with `REGS_USER`, and a user-space sampler reports each
@@ -148,6 +154,8 @@ pub struct Sampler {
     per_thread: Option<per_thread::PerThread>,
     /// The events count the records they could not write (`PERF_FORMAT_LOST`): lost counts are exact.
     events_count_lost: bool,
+    /// The free bytes above which a ring dropped nothing since the last read (`lost::no_loss_free_bytes`).
+    no_loss_free: u64,
     /// Where a record that wraps round a ring's end is copied.
     scratch: Box<[u64]>,
     format: SampleFormat,
@@ -230,7 +238,8 @@ impl Sampler {
 
     /// Waits until some ring holds at least its wake-up watermark (a quarter of the ring), every target has
     /// exited, a [`SamplerWaker`] wakes it, or the timeout. `Ok(true)` when there is something to read (or
-    /// targets ended), `Ok(false)` on timeout or wake-up.
+    /// targets ended), `Ok(false)` on timeout or wake-up. A `per-thread` sampler's wait also ends within 10 ms
+    /// once any ring holds a record (a fork record must be read for the new task's events to open).
     ///
     /// # Errors
     /// `STATUS_INVALID_HANDLE` in a `fork()`ed child.

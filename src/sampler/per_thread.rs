@@ -88,6 +88,8 @@ pub(super) struct PerThread {
     retired: u64,
     /// Samples reported lost for what late tasks ran before their events opened.
     gap_reported: u64,
+    /// Tasks were found late since the counts were last read.
+    gap_due: bool,
     /// The sampled processors, when not all of them.
     cpus: Option<CpuSet>,
     /// Found during a read: new tasks (process, thread, a new process), rings whose thread exited.
@@ -150,6 +152,7 @@ impl PerThread {
             counters: Vec::new(),
             retired: 0,
             gap_reported: 0,
+            gap_due: false,
             cpus,
             born: Vec::new(),
             ended: Vec::new(),

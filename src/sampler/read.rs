@@ -4,7 +4,6 @@
 
 use std::ops::ControlFlow;
 
-use super::lost::NO_LOSS_FREE_BYTES;
 use super::{CpuRing, SampleRecord, Sampler, SamplerStats, follow, forked, per_thread};
 use crate::error::Error;
 use crate::perf::sampler_decode::decode_record;
@@ -41,6 +40,7 @@ impl Sampler {
             format,
             stats,
             events_count_lost,
+            no_loss_free,
             follow,
             per_thread,
             waits,
@@ -93,7 +93,9 @@ impl Sampler {
             }
             any_lost |= saw_lost;
             let free = drained.size.saturating_sub(drained.used);
-            if *events_count_lost && (saw_lost || free < NO_LOSS_FREE_BYTES) {
+            // A ring nothing was written into since the last read dropped nothing (its fill only grows between
+            // reads, from empty), nor did one with room for the largest record all along.
+            if *events_count_lost && (saw_lost || (drained.used > 0 && free < *no_loss_free)) {
                 let added = lost.add_event_counts();
                 if added > 0 {
                     let record = SampleRecord::Lost {

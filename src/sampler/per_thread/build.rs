@@ -79,6 +79,7 @@ pub(in crate::sampler) fn build(
         mode: EventMode::PerThread,
         follow: Some(follow),
         events_count_lost: pt.read_lost(),
+        no_loss_free: crate::sampler::lost::no_loss_free_bytes(&params),
         per_thread: Some(pt),
         scratch: vec![0u64; Ring::MAX_RECORD_WORDS].into_boxed_slice(),
         format,

@@ -57,12 +57,16 @@ impl PerThread {
                 return false;
             }
         }
-        // Reading every count costs a system call per thread: at most every 250 ms while the tasks run, at each
-        // read once they stopped (disabled, or every followed process exited), when the counts are final.
+        // Reading every count costs a system call per thread. A task runs unobserved only until its events open,
+        // so the counts are read when tasks were found late (or a ring dropped records: fork records may have been
+        // among them, and their tasks may have ended unobserved), at most every 250 ms while the tasks run, and
+        // at each read once they stopped (disabled, or every followed process exited), when they are final.
         // Relaxed: see `observe`.
+        self.gap_due |= lost;
         let stopped = !self.enabled.load(Ordering::Relaxed) || follow.all_exited();
-        if stopped || self.last_gap.elapsed() >= GAP_INTERVAL {
+        if stopped || (self.gap_due && self.last_gap.elapsed() >= GAP_INTERVAL) {
             self.last_gap = Instant::now();
+            self.gap_due = false;
             let gap = self.gap();
             if gap > self.gap_reported {
                 let record = SampleRecord::Lost {
@@ -92,6 +96,7 @@ impl PerThread {
             return true;
         }
         let time = sys::monotonic_ns();
+        self.gap_due = true;
         match self.observe(pid, tid, false, rings, waits) {
             Ok(true) => self.late.announce(pid, tid, new_process, time, deliver),
             Ok(false) => true,
