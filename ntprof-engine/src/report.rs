@@ -73,8 +73,9 @@ pub struct ProcessReport {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct EventsInfo {
     /// `thread-cpu` (one event per thread and processor, one ring per processor), `cpu-filtered` (one event per
-    /// processor for every task, the recorded processes' records kept) or `cpu` (one event per processor for
-    /// every task: `kernel`).
+    /// processor for every task, the recorded processes' records kept), `per-thread` (one event per thread with a
+    /// ring of its own, tasks created later opened as their fork records are read) or `cpu` (one event per
+    /// processor for every task: `kernel`).
     pub mode: String,
     /// Event descriptors held.
     pub descriptors: u64,

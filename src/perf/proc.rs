@@ -33,6 +33,66 @@ pub fn thread_ids(pid: Option<i32>) -> Result<Vec<Tid>, Errno> {
     Ok(tids)
 }
 
+/// The child processes of process `pid` now: what `/proc/PID/task/TID/children` lists for each of its threads
+/// (`CONFIG_PROC_CHILDREN`), or, where the kernel has no such file, every process whose `/proc/PID/stat` names
+/// `pid` as its parent. Empty when `pid` is gone.
+pub fn child_processes(pid: u32) -> Vec<u32> {
+    let Ok(tids) = thread_ids(Some(pid as i32)) else {
+        return Vec::new();
+    };
+    let mut children = Vec::new();
+    for tid in tids {
+        match std::fs::read_to_string(format!("/proc/{pid}/task/{}/children", tid.0)) {
+            Ok(text) => children.extend(
+                text.split_ascii_whitespace()
+                    .filter_map(|c| c.parse::<u32>().ok()),
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && thread_dir_exists(pid, tid) => {
+                return children_by_stat(pid);
+            }
+            Err(_) => {}
+        }
+    }
+    children.sort_unstable();
+    children.dedup();
+    children
+}
+
+/// Whether `/proc/PID/task/TID` exists (the thread lives, so a missing file of it is the kernel's lack).
+fn thread_dir_exists(pid: u32, tid: Tid) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}/task/{}", tid.0)).exists()
+}
+
+/// Every process whose `/proc/PID/stat` names `parent` as its parent (the fourth field, after the command name
+/// in parentheses, which may itself hold spaces and parentheses).
+fn children_by_stat(parent: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut children = Vec::new();
+    for entry in dir.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_ascii_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(parent) {
+            children.push(pid);
+        }
+    }
+    children.sort_unstable();
+    children
+}
+
 /// True while thread `tid` of this process still exists (`/proc/self/task/<tid>`).
 pub fn own_thread_exists(tid: Tid) -> bool {
     std::fs::metadata(format!("/proc/self/task/{tid}")).is_ok()
@@ -125,4 +185,27 @@ pub fn pinned_kib() -> u64 {
                 .ok()
         })
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child of this process is listed by the children files and by the scan of `/proc/*/stat` alike.
+    #[test]
+    fn a_child_process_is_found_both_ways() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .expect("sleep");
+        let me = std::process::id();
+        let pid = child.id();
+        assert!(child_processes(me).contains(&pid));
+        assert!(children_by_stat(me).contains(&pid));
+        assert!(child_processes(pid).is_empty());
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(!child_processes(me).contains(&pid));
+        assert!(child_processes(u32::MAX).is_empty());
+    }
 }

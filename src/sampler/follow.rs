@@ -229,6 +229,17 @@ impl Follow {
         Verdict::Deliver
     }
 
+    /// Processes created by a followed one are followed.
+    pub(super) fn follows_children(&self) -> bool {
+        self.children
+    }
+
+    /// Follow a new child process of a followed one, found in `/proc` (its fork record was never read: its parent
+    /// created it before its own events were opened, or the record was dropped).
+    pub(super) fn adopt_child(&mut self, pid: u32) {
+        self.adopt(pid);
+    }
+
     /// Follow a new child process (found by its fork record).
     fn adopt(&mut self, pid: u32) {
         if self.procs.contains_key(&pid) {

@@ -10,7 +10,9 @@
 //! in every task it creates from the moment that task exists.
 //!
 //! Tasks created later are opened as they appear: a fork record read from a followed thread's ring opens the new
-//! thread's events (and a new process's, when children are followed) at the end of that read; every 500 ms, at
+//! thread's events (and a new process's, when children are followed) at the end of that read, and a new
+//! process's threads and children created before its events opened (their fork records never reached a ring)
+//! are looked up in `/proc` at once, and so are every followed process's after a ring dropped records; every 500 ms, at
 //! the first read after `enable`, and whenever a ring dropped records, the thread lists of the followed
 //! processes are read again, which opens any thread missed and closes the rings of threads gone without their
 //! exit record read. What a late task ran before its events opened is the difference between the counting

@@ -137,6 +137,9 @@ fn header(out: &mut String, report: &Report) {
             "cpu-filtered" => {
                 " (one event per processor for every task, only the recorded processes' records kept)"
             }
+            "per-thread" => {
+                " (one event and ring per thread; what a task ran before its events opened is counted as lost)"
+            }
             _ => "",
         };
         let _ = writeln!(

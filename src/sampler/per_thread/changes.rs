@@ -25,7 +25,7 @@ impl PerThread {
         &mut self,
         rings: &mut Vec<CpuRing>,
         waits: &WaitSet,
-        follow: &Follow,
+        follow: &mut Follow,
         lost: bool,
         deliver: &mut dyn FnMut(&SampleRecord<'_>) -> bool,
     ) -> bool {
@@ -44,6 +44,11 @@ impl PerThread {
             if !self.open_late(pid, tid, new_process, rings, waits, deliver) {
                 return false;
             }
+            // A new process may have created threads and processes before its events opened: their fork records
+            // never reach a ring.
+            if new_process && !self.explore(&[pid], rings, waits, follow, deliver) {
+                return false;
+            }
         }
         self.born = born;
         self.born.clear();
@@ -53,6 +58,10 @@ impl PerThread {
             || self.last_sweep.elapsed() >= SWEEP_INTERVAL
         {
             self.last_sweep = Instant::now();
+            // After a drop, fork records of processes may have been among the records lost.
+            if lost && !self.explore(&follow.live_pids(), rings, waits, follow, deliver) {
+                return false;
+            }
             if !self.sweep(rings, waits, follow, deliver) {
                 return false;
             }
@@ -107,6 +116,39 @@ impl PerThread {
                 true
             }
         }
+    }
+
+    /// Look in `/proc` for what the processes `pids` created unseen: their threads, and (children followed) their
+    /// child processes, which are followed from now on and explored in turn.
+    fn explore(
+        &mut self,
+        pids: &[u32],
+        rings: &mut Vec<CpuRing>,
+        waits: &WaitSet,
+        follow: &mut Follow,
+        deliver: &mut dyn FnMut(&SampleRecord<'_>) -> bool,
+    ) -> bool {
+        let mut queue = pids.to_vec();
+        while let Some(pid) = queue.pop() {
+            let Ok(tids) = crate::perf::proc::thread_ids(Some(pid as i32)) else {
+                continue;
+            };
+            let known = self.tasks.iter().any(|t| t.0 == pid);
+            for tid in tids {
+                if !self.open_late(pid, tid.0 as u32, !known, rings, waits, deliver) {
+                    return false;
+                }
+            }
+            if follow.follows_children() {
+                for child in crate::perf::proc::child_processes(pid) {
+                    if !follow.follows(child) {
+                        follow.adopt_child(child);
+                        queue.push(child);
+                    }
+                }
+            }
+        }
+        true
     }
 
     /// Read the thread lists of the followed processes: open the threads missed, and mark the threads gone
