@@ -214,13 +214,10 @@ fn build_faulter(dir: &std::path::Path) -> std::path::PathBuf {
     exe
 }
 
-/// The other-process case, run by the test or (unprivileged) by a helper: 100 batches of 4 threads of 50 page
-/// faults each come and go in another process; a page-fault profile at interval 1 counts every fault the
-/// kernel counted (an independent counter), as counted, outside or lost, and once they are gone only the
-/// first thread's events are left.
-fn churn_case(exe: &std::path::Path) -> String {
-    // 4 threads of 50 faults, 100 times over, then hold until the standard input closes.
-    let mut child = Command::new(exe)
+/// The faulter of the churn cases, blocked reading its standard input: 4 threads of 50 faults, 100 times over
+/// once it reads a line, then it holds until its standard input closes.
+fn spawn_churning_faulter(exe: &std::path::Path) -> (std::process::Child, u32) {
+    let child = Command::new(exe)
         .args(["4", "50", "20000", "0", "100", "hold"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -228,6 +225,38 @@ fn churn_case(exe: &std::path::Path) -> String {
         .expect("spawn the faulter");
     let pid = child.id();
     common::wait_blocked_in_read(pid, "the faulter");
+    (child, pid)
+}
+
+/// Run the churn helper `helper` of a copy of this binary, with the faulter, in the per-thread layout: as root,
+/// then as an unprivileged user; each must print its `seen` line.
+fn run_churn_helpers(what: &str, helper: &str) {
+    let dir = scratch(what);
+    let faulter = build_faulter(&dir);
+    let me = copy_of_this_binary(&dir);
+    for unprivileged in [false, true] {
+        let mut c = if unprivileged {
+            common::unprivileged_command(&me)
+        } else {
+            Command::new(&me)
+        };
+        c.args(["--ignored", "--exact", helper, "--nocapture"])
+            .env(HELPER_ENV, &faulter)
+            .env("NTPROFILE_EVENTS", "per-thread")
+            .current_dir(&dir);
+        let (stdout, _, r) = common::run_helper_process(c);
+        println!("unprivileged {unprivileged}:\n{stdout}");
+        assert!(r.contains_key("seen"), "{stdout}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The other-process case, run by the test or (unprivileged) by a helper: 100 batches of 4 threads of 50 page
+/// faults each come and go in another process; a page-fault profile at interval 1 counts every fault the
+/// kernel counted (an independent counter), as counted, outside or lost, and once they are gone only the
+/// first thread's events are left.
+fn churn_case(exe: &std::path::Path) -> String {
+    let (mut child, pid) = spawn_churning_faulter(exe);
     let process = Process::open(pid).expect("open the faulter");
     let profile = Profile::builder()
         .process(&process)
@@ -289,24 +318,7 @@ fn churn_helper() {
 /// own).
 #[test]
 fn threads_that_come_and_go_are_counted_exactly_and_their_events_closed() {
-    let dir = scratch("churn");
-    let faulter = build_faulter(&dir);
-    let me = copy_of_this_binary(&dir);
-    for unprivileged in [false, true] {
-        let mut c = if unprivileged {
-            common::unprivileged_command(&me)
-        } else {
-            Command::new(&me)
-        };
-        c.args(["--ignored", "--exact", "churn_helper", "--nocapture"])
-            .env(HELPER_ENV, &faulter)
-            .env("NTPROFILE_EVENTS", "per-thread")
-            .current_dir(&dir);
-        let (stdout, _, r) = common::run_helper_process(c);
-        println!("unprivileged {unprivileged}:\n{stdout}");
-        assert!(r.contains_key("seen"), "{stdout}");
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    run_churn_helpers("churn", "churn_helper");
 }
 
 /// The churn case for a sampler (`ntprofile::Sampler`, as `ntprof attach` opens it): 100 batches of 4 threads
@@ -315,14 +327,7 @@ fn threads_that_come_and_go_are_counted_exactly_and_their_events_closed() {
 /// reported lost, and once the threads are gone only the first thread's events are left.
 fn sampler_churn_case(exe: &std::path::Path) -> String {
     use ntprofile::{SampleRecord, Sampler};
-    let mut child = Command::new(exe)
-        .args(["4", "50", "20000", "0", "100", "hold"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn the faulter");
-    let pid = child.id();
-    common::wait_blocked_in_read(pid, "the faulter");
+    let (mut child, pid) = spawn_churning_faulter(exe);
     let mut sampler = Sampler::builder()
         .pid(pid)
         .source(ProfileSource::PageFaults)
@@ -403,27 +408,5 @@ fn sampler_churn_helper() {
 /// is reported lost from the counters). As root, and without privilege.
 #[test]
 fn a_per_thread_sampler_of_threads_that_come_and_go_accounts_for_every_fault() {
-    let dir = scratch("sampler-churn");
-    let faulter = build_faulter(&dir);
-    let me = copy_of_this_binary(&dir);
-    for unprivileged in [false, true] {
-        let mut c = if unprivileged {
-            common::unprivileged_command(&me)
-        } else {
-            Command::new(&me)
-        };
-        c.args([
-            "--ignored",
-            "--exact",
-            "sampler_churn_helper",
-            "--nocapture",
-        ])
-        .env(HELPER_ENV, &faulter)
-        .env("NTPROFILE_EVENTS", "per-thread")
-        .current_dir(&dir);
-        let (stdout, _, r) = common::run_helper_process(c);
-        println!("unprivileged {unprivileged}:\n{stdout}");
-        assert!(r.contains_key("seen"), "{stdout}");
-    }
-    let _ = std::fs::remove_dir_all(&dir);
+    run_churn_helpers("sampler-churn", "sampler_churn_helper");
 }

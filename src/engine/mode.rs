@@ -162,6 +162,28 @@ impl Budget {
         }
     }
 
+    /// A budget for the tests of the choices: soft limit 1,024 with 10 descriptors open, `mlock_kb` 516 and
+    /// `RLIMIT_MEMLOCK` 8 MiB, nothing pinned.
+    #[cfg(test)]
+    pub(crate) fn for_tests(
+        hard: u64,
+        locked: Option<u64>,
+        online: u64,
+        privileged: bool,
+    ) -> Budget {
+        Budget {
+            soft: 1024,
+            hard,
+            open: 10,
+            locked,
+            mlock_kb: 516,
+            memlock: 8 << 20,
+            pinned_kib: 0,
+            online,
+            privileged,
+        }
+    }
+
     /// Descriptors the process may still open once the soft limit is raised to the hard one.
     fn free_descriptors(&self) -> u64 {
         self.hard.saturating_sub(self.open)

@@ -5,7 +5,7 @@
 //! Every layout and flag comes from `perf-event-open-sys2`'s bindings of `<linux/perf_event.h>`.
 //!
 //! # Safety
-//! Two `unsafe` blocks: taking ownership of the descriptors perf-event2's `Builder` opened.
+//! One `unsafe` block: taking ownership of the descriptor perf-event2's `Builder` opened.
 #![allow(unsafe_code)]
 
 use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd};
@@ -195,28 +195,17 @@ pub fn open_sampler_event(
 /// Open the counting companion of a per-thread sampler's event for thread `tid`: the same event on any CPU,
 /// counting (no sample period, no ring), disabled, with `inherit` (and `inherit_thread` when the sampler follows
 /// threads only). Its count takes in every task `tid` creates from the moment that task exists, so the sampler
-/// can tell how much of the event its tasks created later ran before their own events were opened (a `read`
-/// gives the count: no `read_format` bit).
+/// can tell how much of the event its tasks created later ran before their own events were opened.
 ///
 /// # Errors
 /// The errno of `perf_event_open(2)`.
 pub fn open_sampler_counter(params: &SamplerEventParams, tid: Tid) -> Result<OwnedFd, Errno> {
-    let mut builder = Builder::new(SpecEvent(params.spec));
-    builder
-        .observe_pid(tid.0)
-        .any_cpu()
-        .exclude_kernel(params.exclude_kernel)
-        .exclude_hv(true)
-        .inherit(true)
-        .inherit_thread(params.inherit_thread)
-        .enabled(false);
-    let attr = builder.attrs_mut();
-    attr.read_format = 0;
-    attr.sample_type = 0;
-    let counter = builder.build().map_err(|e| errno_of(&e))?;
-    let raw = counter.into_raw_fd();
-    // SAFETY: `into_raw_fd` hands us sole ownership of a valid, open descriptor.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+    super::thread_events::open_counter(
+        params.spec,
+        tid,
+        params.exclude_kernel,
+        params.inherit_thread,
+    )
 }
 
 /// What follows the fixed fields (ip, pid/tid, time, cpu) of a sampler's sample.

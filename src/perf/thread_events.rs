@@ -17,21 +17,35 @@ use super::sys::Tid;
 
 /// Open the counting companion of a per-thread stream's sampling event for thread `tid`: the same event, on any
 /// processor, counting (no sample period, no ring), with `inherit` + `inherit_thread`, disabled. Its count takes in
-/// every thread `tid` creates from now on, from the moment it exists, so the stream can tell how much of the
-/// event its threads created later ran before their own sampling events were opened (a `read` gives the count:
-/// no `read_format` bit).
+/// every thread `tid` creates from the moment it exists, so the stream can tell how much of the event its threads
+/// created later ran before their own sampling events were opened (a `read` gives the count: no `read_format`
+/// bit).
 ///
 /// # Errors
 /// The errno of `perf_event_open(2)`.
 pub fn open_inherited_counter(params: &EventParams, tid: Tid) -> Result<OwnedFd, Errno> {
-    let mut builder = Builder::new(SpecEvent(params.spec));
+    open_counter(params.spec, tid, params.exclude_kernel, true)
+}
+
+/// Open a counting event of `spec` for task `tid` on any processor, disabled, with `inherit` (and
+/// `inherit_thread`: threads only, not new processes): the counter of a per-thread stream or sampler.
+///
+/// # Errors
+/// The errno of `perf_event_open(2)`.
+pub fn open_counter(
+    spec: PerfEventSpec,
+    tid: Tid,
+    exclude_kernel: bool,
+    inherit_thread: bool,
+) -> Result<OwnedFd, Errno> {
+    let mut builder = Builder::new(SpecEvent(spec));
     builder
         .observe_pid(tid.0)
         .any_cpu()
-        .exclude_kernel(params.exclude_kernel)
+        .exclude_kernel(exclude_kernel)
         .exclude_hv(true)
         .inherit(true)
-        .inherit_thread(true)
+        .inherit_thread(inherit_thread)
         .enabled(false);
     let attr = builder.attrs_mut();
     attr.read_format = 0;

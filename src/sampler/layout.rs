@@ -229,17 +229,7 @@ mod tests {
     use super::*;
 
     fn budget(hard: u64, locked: Option<u64>, privileged: bool) -> Budget {
-        Budget {
-            soft: 1024,
-            hard,
-            open: 10,
-            locked,
-            mlock_kb: 516,
-            memlock: 8 << 20,
-            pinned_kib: 0,
-            online: 96,
-            privileged,
-        }
+        Budget::for_tests(hard, locked, 96, privileged)
     }
 
     fn mode(threads: u64, cpus: u64, b: &Budget) -> Result<EventMode, Error> {

@@ -112,27 +112,22 @@ impl Sampler {
             }
         }
         // The records held for a fork record not read yet, now that every ring was read once.
+        // Records delivered after the pass; false once the process forked in `f` (this is the child).
+        let mut deliver = |record: &SampleRecord<'_>| {
+            count(stats, record);
+            delivered += 1;
+            f(record);
+            sys::fork_generation() == generation
+        };
         if let Some(follow) = follow.as_mut() {
-            let finished = follow.end_pass(|record| {
-                count(stats, record);
-                delivered += 1;
-                f(record);
-                sys::fork_generation() == generation
-            });
-            if !finished {
+            if !follow.end_pass(&mut deliver) {
                 return Err(forked());
             }
             // A per-thread sampler's threads that came and went.
-            if let Some(pt) = per_thread.as_mut() {
-                let finished = pt.end_read(rings, &waits.0, follow, any_lost, &mut |record| {
-                    count(stats, record);
-                    delivered += 1;
-                    f(record);
-                    sys::fork_generation() == generation
-                });
-                if !finished {
-                    return Err(forked());
-                }
+            if let Some(pt) = per_thread.as_mut()
+                && !pt.end_read(rings, &waits.0, follow, any_lost, &mut deliver)
+            {
+                return Err(forked());
             }
         }
         Ok(delivered)

@@ -3,17 +3,7 @@
 use super::*;
 
 fn budget(hard: u64, locked: Option<u64>) -> Budget {
-    Budget {
-        soft: 1024,
-        hard,
-        open: 10,
-        locked,
-        mlock_kb: 516,
-        memlock: 8 << 20,
-        pinned_kib: 0,
-        online: 2,
-        privileged: false,
-    }
+    Budget::for_tests(hard, locked, 2, false)
 }
 
 #[test]
