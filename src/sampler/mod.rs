@@ -244,7 +244,19 @@ impl Sampler {
     /// # Errors
     /// `STATUS_INVALID_HANDLE` in a `fork()`ed child.
     pub fn wait(&self, timeout: Duration) -> Result<bool, Error> {
-        Self::wait_any(&[self], timeout)
+        // As `wait_any` of this one sampler, without its lists (a wait allocates nothing).
+        let Some(waker) = self.prepare_wait()? else {
+            return Ok(true);
+        };
+        let deadline = std::time::Instant::now().checked_add(timeout);
+        loop {
+            let left = deadline.map_or(timeout, |d| {
+                d.saturating_duration_since(std::time::Instant::now())
+            });
+            if let Some(ready) = wait_result(waker.wait(left), left, || self.holds_records()) {
+                return Ok(ready);
+            }
+        }
     }
 
     /// Waits as [`wait`](Self::wait) does, on several samplers at once: until one of them would have ended its
@@ -272,14 +284,10 @@ impl Sampler {
             let left = deadline.map_or(timeout, |d| {
                 d.saturating_duration_since(std::time::Instant::now())
             });
-            return Ok(match wait::wait_any(&sets, left) {
-                WaitEnd::Ready => true,
-                WaitEnd::Timeout | WaitEnd::Woken | WaitEnd::Closed => false,
-                // A per-thread sampler looks every 10 ms whether a ring holds anything (a fork record).
-                WaitEnd::Capped if samplers.iter().any(|s| s.holds_records()) => true,
-                WaitEnd::Capped if left.is_zero() => false,
-                WaitEnd::Capped => continue,
-            });
+            let holds = || samplers.iter().any(|s| s.holds_records());
+            if let Some(ready) = wait_result(wait::wait_any(&sets, left), left, holds) {
+                return Ok(ready);
+            }
         }
     }
 
@@ -386,6 +394,19 @@ impl Sampler {
     fn poll_exits(&self) -> bool {
         let (ready, hung, _) = self.waits.0.poll(0, false);
         ready || hung
+    }
+}
+
+/// What a wait that ended with `end` returns, `None` to wait on: a per-thread sampler's wait ends every 10 ms
+/// (`Capped`) to look whether a ring holds anything (`holds`: a fork record to read), and waits on if not, for
+/// the `left` of its timeout.
+fn wait_result(end: WaitEnd, left: Duration, holds: impl Fn() -> bool) -> Option<bool> {
+    match end {
+        WaitEnd::Ready => Some(true),
+        WaitEnd::Timeout | WaitEnd::Woken | WaitEnd::Closed => Some(false),
+        WaitEnd::Capped if holds() => Some(true),
+        WaitEnd::Capped if left.is_zero() => Some(false),
+        WaitEnd::Capped => None,
     }
 }
 
