@@ -224,7 +224,7 @@ pub(crate) fn per_thread_pages_within(threads: u64, target: u64) -> usize {
 }
 
 /// Locked bytes of `threads` per-thread rings of `pages` data pages (each with its metadata page).
-fn per_thread_bytes(threads: u64, pages: usize) -> u64 {
+pub(crate) fn per_thread_bytes(threads: u64, pages: usize) -> u64 {
     threads.saturating_mul((pages as u64 + 1) * page_size() as u64)
 }
 

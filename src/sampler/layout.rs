@@ -5,7 +5,8 @@
 
 use super::open::{self, DESCRIPTORS_TO_SPARE, Opener, Target};
 use crate::engine::mode::{
-    Budget, EventMode, THREAD_CPU_PREFERRED_UP_TO, forced_mode, per_thread_ring_target,
+    Budget, EventMode, THREAD_CPU_PREFERRED_UP_TO, forced_mode, per_thread_bytes,
+    per_thread_ring_target,
 };
 use crate::error::Error;
 use crate::perf::ring::page_size;
@@ -194,7 +195,7 @@ fn per_thread_pages(
     threads: u64,
     budget: &Budget,
 ) -> Option<usize> {
-    let bytes = |pages: usize| threads.saturating_mul((pages as u64 + 1) * page_size() as u64);
+    let bytes = |pages: usize| per_thread_bytes(threads, pages);
     let target = per_thread_ring_target(budget);
     let mut pages = pages;
     while pages > min_pages && bytes(pages) > target {

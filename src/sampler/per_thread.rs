@@ -73,8 +73,9 @@ pub(super) enum Note {
 pub(super) struct PerThread {
     /// The sampling events' parameters: on any processor, no `inherit`, task records with the side-band.
     params: SamplerEventParams,
-    /// Without side-band: the task-record events' (a `dummy` with task records, redirected into the ring).
-    records: Option<SamplerEventParams>,
+    /// Without side-band: each thread has a task-record event (a `dummy` with task records, redirected into the
+    /// ring; its parameters are the sampling events', `records_params`).
+    task_record_events: bool,
     /// Data pages of each ring.
     pub(super) pages: usize,
     /// Per ring: its thread's process and thread ids, its sampling event (which owns the ring) and its
@@ -135,17 +136,10 @@ impl PerThread {
             task: params.sideband,
             ..params
         };
-        let records = (!params.sideband).then(|| {
-            SamplerEventParams {
-                task: true,
-                ..params
-            }
-            .sideband_only()
-        });
         let current = targets.iter().any(|t| matches!(t, Target::Current));
         let mut pt = PerThread {
             params,
-            records,
+            task_record_events: !params.sideband,
             pages,
             tasks: Vec::new(),
             events: Vec::new(),
@@ -233,18 +227,17 @@ impl PerThread {
         };
         let ring = Ring::map(fd.as_fd(), self.pages, layout).map_err(Fail::Ring)?;
         // The task-record event, redirected into the ring (both events are of this thread).
-        let records = match self.records {
-            None => None,
-            Some(params) => {
-                let Some(records) = self
-                    .open_retrying(|_| open_sampler_event(&params, tid_, None))
-                    .map_err(Fail::Events)?
-                else {
-                    return Ok(false);
-                };
-                event::set_output(records.as_fd(), fd.as_fd()).map_err(Fail::Events)?;
-                Some(records)
-            }
+        let records = if self.task_record_events {
+            let Some(records) = self
+                .open_retrying(|p| open_sampler_event(&records_params(p), tid_, None))
+                .map_err(Fail::Events)?
+            else {
+                return Ok(false);
+            };
+            event::set_output(records.as_fd(), fd.as_fd()).map_err(Fail::Events)?;
+            Some(records)
+        } else {
+            None
         };
         let counter = if counter {
             match self
@@ -374,6 +367,16 @@ impl PerThread {
             _ => Note::Keep,
         }
     }
+}
+
+/// The task-record event of a sampler without side-band whose sampling events have `params`: a `dummy` with the
+/// same layout and task records.
+fn records_params(params: &SamplerEventParams) -> SamplerEventParams {
+    SamplerEventParams {
+        task: true,
+        ..*params
+    }
+    .sideband_only()
 }
 
 /// Why a thread's events could not be had.

@@ -23,7 +23,7 @@ fn per_thread_where_it_saves_descriptors_and_its_rings_fit() {
         EventMode::ThreadCpu
     );
     // Where the hard limit would hold 96,000 (thread × processor) events, per-thread events still take
-    // 2,000 instead; below 1,024 of them, (thread × processor) events (a later thread observed at once).
+    // 3,000 instead; below 1,024 of them, (thread × processor) events (a later thread observed at once).
     let roomy = budget(200_000, Some(9 << 20));
     assert_eq!(
         choose(1000, 96, None, &roomy).unwrap().mode,

@@ -16,6 +16,24 @@ use crate::sampler::CpuRing;
 use crate::sampler::follow::Follow;
 use crate::sampler::wait::WaitSet;
 
+/// A look in `/proc`: whether it follows child processes not followed yet, and what it found (the threads of
+/// the processes it listed).
+struct Look {
+    children: bool,
+    live: HashSet<u32>,
+    listed: HashSet<u32>,
+}
+
+impl Look {
+    fn new(children: bool) -> Look {
+        Look {
+            children,
+            live: HashSet::new(),
+            listed: HashSet::new(),
+        }
+    }
+}
+
 impl PerThread {
     /// The end of a read: close the rings of threads that exited, open the events of tasks born (and, when due,
     /// of threads found by reading the thread lists again: `lost` says a ring dropped records, which may have
@@ -46,7 +64,8 @@ impl PerThread {
             }
             // A new process may have created threads and processes before its events opened: their fork records
             // never reach a ring.
-            if new_process && !self.explore(&[pid], rings, waits, follow, deliver) {
+            let mut look = Look::new(follow.follows_children());
+            if new_process && !self.explore(&[pid], &mut look, rings, waits, follow, deliver) {
                 return false;
             }
         }
@@ -59,10 +78,8 @@ impl PerThread {
         {
             self.last_sweep = Instant::now();
             // After a drop, fork records of processes may have been among the records lost.
-            if lost && !self.explore(&follow.live_pids(), rings, waits, follow, deliver) {
-                return false;
-            }
-            if !self.sweep(rings, waits, follow, deliver) {
+            let children = lost && follow.follows_children();
+            if !self.sweep(children, rings, waits, follow, deliver) {
                 return false;
             }
         }
@@ -118,11 +135,13 @@ impl PerThread {
         }
     }
 
-    /// Look in `/proc` for what the processes `pids` created unseen: their threads, and (children followed) their
-    /// child processes, which are followed from now on and explored in turn.
+    /// Look in `/proc` at the processes `pids`: open the events of their threads not observed yet, and with
+    /// `look.children` follow their child processes not followed yet (their fork records never reached a ring)
+    /// and look at those in turn. `look` gets the threads found and the processes listed.
     fn explore(
         &mut self,
         pids: &[u32],
+        look: &mut Look,
         rings: &mut Vec<CpuRing>,
         waits: &WaitSet,
         follow: &mut Follow,
@@ -130,16 +149,22 @@ impl PerThread {
     ) -> bool {
         let mut queue = pids.to_vec();
         while let Some(pid) = queue.pop() {
-            let Ok(tids) = crate::perf::proc::thread_ids(Some(pid as i32)) else {
-                continue;
+            let tids = match crate::perf::proc::thread_ids(Some(pid as i32)) {
+                Ok(tids) => tids,
+                // Gone: every thread of it is.
+                Err(Errno::ENOENT | Errno::ESRCH) => Vec::new(),
+                // Not readable now (no descriptor left): its threads stay as they are until the next scan.
+                Err(_) => continue,
             };
+            look.listed.insert(pid);
             let known = self.tasks.iter().any(|t| t.0 == pid);
-            for tid in tids {
-                if !self.open_late(pid, tid.0 as u32, !known, rings, waits, deliver) {
+            for tid in tids.into_iter().map(|t| t.0 as u32) {
+                look.live.insert(tid);
+                if !self.open_late(pid, tid, !known, rings, waits, deliver) {
                     return false;
                 }
             }
-            if follow.follows_children() {
+            if look.children {
                 for child in crate::perf::proc::child_processes(pid) {
                     if !follow.follows(child) {
                         follow.adopt_child(child);
@@ -151,38 +176,34 @@ impl PerThread {
         true
     }
 
-    /// Read the thread lists of the followed processes: open the threads missed, and mark the threads gone
-    /// (their rings close after the next read drained them).
+    /// Read the thread lists of the followed processes (and, `children`, look for child processes not followed,
+    /// after a drop): open the threads missed, and mark the threads gone (their rings close after the next read
+    /// drained them).
     fn sweep(
         &mut self,
+        children: bool,
         rings: &mut Vec<CpuRing>,
         waits: &WaitSet,
-        follow: &Follow,
+        follow: &mut Follow,
         deliver: &mut dyn FnMut(&SampleRecord<'_>) -> bool,
     ) -> bool {
-        let mut live: HashSet<u32> = HashSet::new();
-        let mut listed: HashSet<u32> = HashSet::new();
-        for pid in follow.live_pids() {
-            let tids = match crate::perf::proc::thread_ids(Some(pid as i32)) {
-                Ok(tids) => tids,
-                // Gone: every thread of it is.
-                Err(Errno::ENOENT | Errno::ESRCH) => Vec::new(),
-                // Not readable now (no descriptor left): its threads stay as they are until the next scan.
-                Err(_) => continue,
-            };
-            listed.insert(pid);
-            let known = self.tasks.iter().any(|t| t.0 == pid);
-            for tid in tids.into_iter().map(|t| t.0 as u32) {
-                live.insert(tid);
-                if !self.open_late(pid, tid, !known, rings, waits, deliver) {
-                    return false;
-                }
-            }
+        let mut look = Look::new(children);
+        if !self.explore(
+            &follow.live_pids(),
+            &mut look,
+            rings,
+            waits,
+            follow,
+            deliver,
+        ) {
+            return false;
         }
         self.vanished = self
             .tasks
             .iter()
-            .filter(|t| !live.contains(&t.1) && (listed.contains(&t.0) || !follow.follows(t.0)))
+            .filter(|t| {
+                !look.live.contains(&t.1) && (look.listed.contains(&t.0) || !follow.follows(t.0))
+            })
             .map(|t| t.1)
             .collect();
         for pid in self.tasks.iter().map(|t| t.0).collect::<HashSet<_>>() {
