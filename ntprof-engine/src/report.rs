@@ -100,8 +100,10 @@ pub struct RunInfo {
     pub started_at: String,
     /// How the profiled command ended (`record`): its exit code, or 128 + the signal.
     pub exit_status: Option<i32>,
-    /// Why the run ended: `exited`, `duration`, `interrupted` (Ctrl-C), `process-exited`, `stopped` (the taker
-    /// of a run cut into windows ended it, as `ntprof top` does when told to quit).
+    /// Why the run ended: `exited`, `duration`, `interrupted` (Ctrl-C, SIGTERM), `process-exited`, `hangup`
+    /// (ntprof's terminal hung up: SIGHUP, passed on to a recorded command whose exit then ended the run; an
+    /// attach ends there), `stopped` (the taker of a run cut into windows ended it, as `ntprof top` does when
+    /// told to quit).
     pub ended_by: String,
     /// The processors profiled (`--cpus`), `None` for all.
     pub cpus: Option<Vec<usize>>,

@@ -33,11 +33,16 @@ fn print(text: &str) -> Result<(), String> {
     output::write_stdout(text.as_bytes())
 }
 
+/// Say `msg` as an error on stderr (a terminal or pipe that is gone does not stop ntprof).
+fn error(msg: &str) {
+    output::say(&format!("ntprof: error: {msg}"));
+}
+
 fn finish(result: Result<(), String>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => {
-            eprintln!("ntprof: error: {msg}");
+            error(&msg);
             ExitCode::FAILURE
         }
     }
@@ -45,26 +50,31 @@ fn finish(result: Result<(), String>) -> ExitCode {
 
 /// A usage error found after parsing (exit status 2, as clap's own).
 fn usage_error(msg: &str) -> ExitCode {
-    eprintln!("ntprof: error: {msg}");
+    error(msg);
     ExitCode::from(2)
 }
 
-/// Write the report of a run and end with its exit status.
-fn report(result: Result<Outcome, Failure>, out: &output::OutputArgs) -> ExitCode {
+/// Write the report of a run and end with its exit status: 1 when an output could not be written (the profile
+/// is then kept in a fallback file, named in the error).
+fn report(
+    result: Result<Outcome, Failure>,
+    out: &output::OutputArgs,
+    how: output::Emit,
+) -> ExitCode {
     match result {
         Ok(outcome) => {
-            if let Err(msg) = output::emit(&outcome.report, out) {
-                eprintln!("ntprof: error: {msg}");
+            if let Err(msg) = output::emit(&outcome.report, out, how) {
+                error(&msg);
                 return ExitCode::FAILURE;
             }
             if let Some(w) = outcome.warning {
-                eprintln!("ntprof: error: {w}");
+                error(&w);
                 return ExitCode::from(2);
             }
             ExitCode::from(outcome.exit)
         }
         Err(f) => {
-            eprintln!("ntprof: error: {}", f.message);
+            error(&f.message);
             ExitCode::from(f.code)
         }
     }
@@ -84,17 +94,12 @@ fn windowed(
         .and_then(|dir| windows::check_format(out, dir.as_deref()).map(|()| dir))
     {
         Ok(dir) => dir,
-        Err(msg) => {
-            eprintln!("ntprof: error: {msg}");
-            return ExitCode::from(2);
-        }
+        Err(msg) => return usage_error(&msg),
     };
+    // The folder is created and checked before the run starts: a run is not made to be lost.
     let mut taker = match windows::Windows::new(dir, args.keep, progress, quiet) {
         Ok(t) => t,
-        Err(msg) => {
-            eprintln!("ntprof: error: {msg}");
-            return ExitCode::FAILURE;
-        }
+        Err(msg) => return usage_error(&msg),
     };
     taker.push = pushers;
     let mut result = run(taker.engine(every));
@@ -104,10 +109,10 @@ fn windowed(
     match result {
         Ok(outcome) => {
             if let Some(line) = taker.summary(every) {
-                eprintln!("ntprof: {line}");
+                output::say(&format!("ntprof: {line}"));
             }
             if let Some(w) = outcome.warning {
-                eprintln!("ntprof: error: {w}");
+                error(&w);
                 return ExitCode::from(2);
             }
             if taker.failed > 0 {
@@ -116,7 +121,7 @@ fn windowed(
             ExitCode::from(outcome.exit)
         }
         Err(f) => {
-            eprintln!("ntprof: error: {}", f.message);
+            error(&f.message);
             ExitCode::from(f.code)
         }
     }
@@ -134,12 +139,19 @@ struct Recording<'a> {
     quiet: bool,
 }
 
-/// A `record` or `attach`: the pushes checked first, then the whole run (`whole`) or its windows (`cut`).
+/// A `record` or `attach`: the outputs and the pushes checked first (nothing runs when one of them cannot be
+/// done), then the whole run (`whole`) or its windows (`cut`).
 fn recording(
     r: Recording<'_>,
     whole: impl FnOnce(&progress::Progress) -> Result<Outcome, Failure>,
     cut: impl FnOnce(record::Windows<'_>, &progress::Progress) -> Result<Outcome, Failure>,
 ) -> ExitCode {
+    if r.window.every.is_none()
+        && let Err(msg) =
+            windows::folder(r.window, r.output, false).and_then(|_| output::check(r.output))
+    {
+        return usage_error(&msg);
+    }
     let pushers = match push::Pushers::start(r.push, r.command, r.pid) {
         Ok(p) => p,
         Err(e) => return usage_error(&e),
@@ -156,14 +168,14 @@ fn recording(
             |w| cut(w, &progress),
         );
     }
-    if let Err(msg) = windows::folder(r.window, r.output, false) {
-        eprintln!("ntprof: error: {msg}");
-        return ExitCode::from(2);
-    }
     let mut result = whole(&progress);
     drop(progress);
     push::end_run(pushers, &mut result, true);
-    report(result, r.output)
+    let how = output::Emit {
+        keep: true,
+        text_to_stderr: false,
+    };
+    report(result, r.output, how)
 }
 
 fn main() -> ExitCode {

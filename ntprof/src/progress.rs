@@ -78,7 +78,7 @@ impl Progress {
     pub fn println(&self, line: &str) {
         match self.bar.get() {
             Some(bar) => bar.println(line),
-            None => eprintln!("{line}"),
+            None => crate::output::say(line),
         }
     }
 

@@ -32,5 +32,5 @@ pub fn load(file: &std::path::Path) -> Result<Report, String> {
 /// Run `ntprof report`.
 pub fn run(args: &ReportArgs) -> Result<(), String> {
     let report = load(&args.file)?;
-    output::emit(&report, &args.output)
+    output::emit(&report, &args.output, output::Emit::default())
 }

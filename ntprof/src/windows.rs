@@ -2,8 +2,8 @@
 //! `--output DIR/` names (its JSON report and its gzipped pprof profile, named by the window's start time), the
 //! oldest removed beyond `--keep N`.
 //!
-//! A window's files are written under a temporary name and renamed into place, so a program watching the folder
-//! never reads half a file. Only the files this run wrote are ever removed by `--keep`. A window that cannot be
+//! The folder is created, and checked to take files, before the run starts. A window's files are written under a
+//! temporary name and renamed into place, so a program watching the folder never reads half a file. Only the files this run wrote are ever removed by `--keep`. A window that cannot be
 //! written is said on stderr at once and the run goes on; ntprof then ends with status 1.
 
 use std::collections::VecDeque;
@@ -14,7 +14,7 @@ use clap::Args;
 use ntprof_engine::output::pprof;
 use ntprof_engine::record::WindowSink;
 
-use crate::output::{Format, OutputArgs, json, write_path};
+use crate::output::{Format, OutputArgs, check_folder, json, write_path};
 use crate::progress::Progress;
 use crate::report::Report;
 
@@ -127,6 +127,7 @@ impl<'a> Windows<'a> {
         if let Some(d) = &dir {
             std::fs::create_dir_all(d)
                 .map_err(|e| format!("--output {}: cannot create the folder: {e}", d.display()))?;
+            check_folder("--output", d)?;
         }
         Ok(Windows {
             dir,
@@ -157,13 +158,9 @@ impl<'a> Windows<'a> {
             .as_ref()
             .ok_or("a report without its window")?;
         let base = dir.join(file_stem(&window.start));
+        // Each file under a temporary name, renamed when complete (`write_path`).
         for (ext, bytes) in [("json", json(report)?), ("pb.gz", pprof::render(report)?)] {
-            let path = with_ext(&base, ext);
-            let tmp = with_ext(&base, &format!("{ext}.tmp"));
-            write_path(&tmp, &bytes)?;
-            std::fs::rename(&tmp, &path).map_err(|e| {
-                format!("cannot rename {} to {}: {e}", tmp.display(), path.display())
-            })?;
+            write_path(&with_ext(&base, ext), &bytes)?;
         }
         Ok(base)
     }

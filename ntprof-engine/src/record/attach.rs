@@ -15,8 +15,8 @@ use crate::progress::Progress;
 use crate::tree::{procs, space};
 
 /// Record running processes (and, unless `profile.no_inherit`, their descendants, those running at the attach
-/// and those started while attached) until `args.duration` ends, SIGINT or SIGTERM arrives (blocked in the
-/// calling thread and read from a signalfd; they stay blocked when it returns), or they all exit.
+/// and those started while attached) until `args.duration` ends, SIGINT, SIGTERM or SIGHUP arrives (blocked in
+/// the calling thread and read from a signalfd; they stay blocked when it returns), or they all exit.
 ///
 /// ```no_run
 /// use ntprof_engine::options::AttachOptions;
@@ -159,6 +159,9 @@ pub(super) fn attach_in(
              the parent's events opened",
             notes::count(tree.unsettled, "descendant", "descendants")
         ));
+    }
+    if ended_by == "hangup" {
+        run.notes.push(notes::hangup_ended(run.duration_s));
     }
     if ended_by == "process-exited" {
         run.notes.push(format!(
@@ -307,8 +310,8 @@ fn add_attached(session: &mut Session, tree: &Tree, start_ns: u64) -> Result<(),
     Ok(())
 }
 
-/// Read rounds until `--duration`, Ctrl-C, or the exit of the attached processes and of those followed from
-/// them; returns why the run ended.
+/// Read rounds until `--duration`, Ctrl-C (or SIGTERM, or a hang-up: SIGHUP), or the exit of the attached
+/// processes and of those followed from them; returns why the run ended.
 fn wait_attached(
     session: &mut Session,
     processes: &[Process],
@@ -325,8 +328,12 @@ fn wait_attached(
             d.saturating_duration_since(Instant::now()).min(ROUND)
         });
         session.round(left)?;
-        if launch::pending_signal(sigfd).is_some() {
-            return Ok("interrupted");
+        if let Some((sig, _)) = launch::pending_signal(sigfd) {
+            return Ok(if sig == nix::sys::signal::Signal::SIGHUP {
+                "hangup"
+            } else {
+                "interrupted"
+            });
         }
         if let Some(c) = cutter.as_deref_mut()
             && !c.tick(session, None)

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::kill;
+use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use ntprofile::sampler_clock_ns;
 
@@ -72,7 +72,7 @@ pub fn record_kernel(
         Some(_) => Some(launch::start(&args.command, false)?),
         None => None,
     };
-    let (ended_by, exit) = wait_kernel(
+    let (ended_by, exit, hangup) = wait_kernel(
         &mut session,
         child.as_ref(),
         &sigfd,
@@ -95,6 +95,11 @@ pub fn record_kernel(
     run.bucket_log2 = args.profile.bucket.unwrap_or(0);
     run.follow_children = false;
     run.expected = args.profile.expect.clone();
+    match hangup {
+        Some(at) if child.is_some() => run.notes.push(super::notes::hangup_passed_on(at, exit)),
+        Some(at) => run.notes.push(super::notes::hangup_ended(at)),
+        None => {}
+    }
     run.notes.push(
         "system-wide kernel profile: samples of every process in user space, and in kernel memory outside \
          the kernel's text and its modules, count as outside"
@@ -131,8 +136,9 @@ fn add_kernel_modules(session: &mut Session, kallsyms: &Kallsyms, stext: u64, et
     }
 }
 
-/// Read rounds until the command exits (forwarding signals), Ctrl-C, or `--duration`; returns why the run ended
-/// and the command's exit status.
+/// Read rounds until the command exits (forwarding signals), Ctrl-C (or SIGTERM, or SIGHUP), or `--duration`;
+/// returns why the run ended, the command's exit status and, after a hang-up (SIGHUP), when it came (seconds
+/// into the run).
 fn wait_kernel(
     session: &mut Session,
     child: Option<&launch::Stopped>,
@@ -141,8 +147,9 @@ fn wait_kernel(
     progress: &dyn Progress,
     t0: Instant,
     mut cutter: Option<(&mut Cutter<'_>, &Kallsyms)>,
-) -> Result<(&'static str, Option<i32>), Failure> {
+) -> Result<(&'static str, Option<i32>, Option<f64>), Failure> {
     let mut ended = false;
+    let mut hangup = None;
     let deadline = duration.map(|d| t0 + Duration::from_secs_f64(d));
     let mut last_progress = Instant::now();
     loop {
@@ -153,18 +160,26 @@ fn wait_kernel(
         if let Some(c) = child {
             match waitpid(c.pid, Some(WaitPidFlag::WNOHANG)) {
                 Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => {
-                    return Ok(("exited", launch::exit_code(st)));
+                    let why = if hangup.is_some() { "hangup" } else { "exited" };
+                    return Ok((why, launch::exit_code(st), hangup));
                 }
                 Ok(_) => {}
                 Err(e) => return Err(Failure::new(EXIT_FAILURE, format!("waitpid: {e}"))),
             }
             while let Some((sig, from_process)) = launch::pending_signal(sigfd) {
-                if from_process {
+                if sig == Signal::SIGHUP && hangup.is_none() {
+                    hangup = Some(t0.elapsed().as_secs_f64());
+                }
+                if launch::forwarded(sig, from_process) {
                     let _ = kill(c.pid, sig);
                 }
             }
-        } else if launch::pending_signal(sigfd).is_some() {
-            return Ok(("interrupted", None));
+        } else if let Some((sig, _)) = launch::pending_signal(sigfd) {
+            return Ok(if sig == Signal::SIGHUP {
+                ("hangup", None, Some(t0.elapsed().as_secs_f64()))
+            } else {
+                ("interrupted", None, None)
+            });
         }
         if let Some((c, kallsyms)) = cutter.as_mut()
             && !c.tick(session, Some(kallsyms))
@@ -173,14 +188,14 @@ fn wait_kernel(
             // The windows' taker ended the run: the command is asked to end (its exit ends the run).
             match child {
                 Some(c) => {
-                    let _ = kill(c.pid, nix::sys::signal::Signal::SIGTERM);
+                    let _ = kill(c.pid, Signal::SIGTERM);
                     ended = true;
                 }
-                None => return Ok(("stopped", None)),
+                None => return Ok(("stopped", None, None)),
             }
         }
         if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(("duration", None));
+            return Ok(("duration", None, None));
         }
         if last_progress.elapsed() >= PROGRESS_EVERY {
             progress.update(t0.elapsed(), &session.progress());

@@ -1,5 +1,5 @@
 //! Spawning and attaching: start the command stopped right after its `execve` (before its first instruction),
-//! let it go, wait for its real exit status; SIGINT and SIGTERM read from a signalfd.
+//! let it go, wait for its real exit status; SIGINT, SIGTERM and SIGHUP read from a signalfd.
 
 use std::os::unix::process::CommandExt;
 
@@ -11,13 +11,19 @@ use nix::unistd::Pid;
 
 use super::{EXIT_FAILURE, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, Failure};
 
-/// SIGINT and SIGTERM, blocked in ntprof and read from a signalfd.
+/// SIGINT, SIGTERM and SIGHUP, blocked in ntprof and read from a signalfd: none of them ends ntprof before it
+/// has written what it recorded.
 pub fn block_signals() -> Result<(SigSet, SignalFd), Failure> {
     let mut set = SigSet::empty();
     set.add(Signal::SIGINT);
     set.add(Signal::SIGTERM);
-    set.thread_block()
-        .map_err(|e| Failure::new(EXIT_FAILURE, format!("cannot block SIGINT: {e}")))?;
+    set.add(Signal::SIGHUP);
+    set.thread_block().map_err(|e| {
+        Failure::new(
+            EXIT_FAILURE,
+            format!("cannot block SIGINT, SIGTERM and SIGHUP: {e}"),
+        )
+    })?;
     let fd = SignalFd::with_flags(&set, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
         .map_err(|e| Failure::new(EXIT_FAILURE, format!("cannot create a signalfd: {e}")))?;
     Ok((set, fd))
@@ -30,6 +36,16 @@ pub fn pending_signal(fd: &SignalFd) -> Option<(Signal, bool)> {
     // SI_USER (0) / SI_QUEUE / SI_TKILL: sent by kill(); a terminal's Ctrl-C comes from the kernel (SI_KERNEL).
     let from_process = info.ssi_code <= 0;
     Some((sig, from_process))
+}
+
+/// Whether a signal ntprof received is passed on to the command it runs. One that a process sent (kill) is:
+/// it was meant for the run. One the kernel sent is not, as it reached the command too (a Ctrl-C goes to the
+/// terminal's whole foreground process group), except a hang-up sent to ntprof as its session's leader (a
+/// terminal that went away): the kernel sends that to the session leader alone, so the command, which shares
+/// ntprof's session, hears of it only from ntprof.
+pub fn forwarded(sig: Signal, from_process: bool) -> bool {
+    from_process
+        || (sig == Signal::SIGHUP && nix::unistd::getsid(None) == Ok(nix::unistd::getpid()))
 }
 
 /// The exit status of a finished child, shell-style.

@@ -8,9 +8,12 @@
 //! `/proc/PID/maps`, and ntprof detaches. From then on the kernel reports every mapping (libraries, `dlopen`,
 //! JIT code), fork, exec and exit as it happens: nothing is polled.
 //!
-//! **Signals.** SIGINT and SIGTERM are blocked in ntprof and read from a signalfd: during `record` they are
-//! forwarded to CMD (a Ctrl-C at the terminal reaches CMD directly and is not sent twice), during `attach` and a
-//! command-less `--kernel` they end the run, which is then reported.
+//! **Signals.** SIGINT, SIGTERM and SIGHUP are blocked in ntprof and read from a signalfd: during `record` they
+//! are forwarded to CMD (a Ctrl-C at the terminal reaches CMD directly and is not sent twice; a terminal's
+//! hang-up is passed on as the terminal would have: see `launch::forwarded`), and CMD decides whether it ends;
+//! during `attach` and a command-less `--kernel` they end the run. Either way the run is then reported: a
+//! terminal that goes away (an ssh session that drops) loses nothing recorded, and `run.ended_by` says
+//! `hangup`.
 //!
 //! The rooms: `launch` starts and stops the command, `session` samples and reads, `crate::tree` follows
 //! the processes and their mappings, `crate::collect` builds the report, `notes` explains it.
@@ -259,9 +262,9 @@ fn unmatched_warning(session: &Session) -> Option<String> {
 /// to its exit; or, with `args.kernel`, the kernel (for as long as the command runs, else for
 /// `args.duration` or until SIGINT/SIGTERM); or, with `args.pid`, running processes as [`attach`] does.
 ///
-/// Blocks until the run ends. SIGINT and SIGTERM are blocked in the calling thread and read from a signalfd
-/// (they stay blocked when it returns): while a command runs they are forwarded to it, otherwise they end the
-/// run. `progress` is told of the run a few times a second. The [`Outcome`] holds the report and the exit
+/// Blocks until the run ends. SIGINT, SIGTERM and SIGHUP are blocked in the calling thread and read from a
+/// signalfd (they stay blocked when it returns): while a command runs they are forwarded to it, otherwise they
+/// end the run. `progress` is told of the run a few times a second. The [`Outcome`] holds the report and the exit
 /// status the command ended with (`ntprof` ends with it); a [`Failure`] says what went wrong and the exit status
 /// for it (2: a usage error, 127/126: the command cannot be found or run, 1: anything else).
 ///
@@ -346,7 +349,8 @@ fn record_in(
     cmd.resume()?;
 
     progress.start(&format!("record: {}", args.command.join(" ")));
-    let status = run_until_exit(&mut session, &cmd, &sigfd, progress, t0, cutter.as_mut())?;
+    let (status, hangup) =
+        run_until_exit(&mut session, &cmd, &sigfd, progress, t0, cutter.as_mut())?;
     let duration = t0.elapsed();
     session.finish()?;
     progress.finish();
@@ -359,10 +363,13 @@ fn record_in(
     run.recorder_cpu_ms = recorder_cpu_s * 1e3;
     run.recorder_rounds = session.rounds;
     run.exit_status = exit;
-    run.ended_by = "exited".into();
+    run.ended_by = if hangup.is_some() { "hangup" } else { "exited" }.into();
     run.executable = executable;
     fill_common(&mut run, args);
     run.notes = notes::user_notes(&session, 1);
+    if let Some(at) = hangup {
+        run.notes.push(notes::hangup_passed_on(at, exit));
+    }
     run.explanations = notes::explanations(&session, run.duration_s, cpu, true);
     let endings: Endings = exit
         .map(|c| vec![(0, launch::ending(c))])
@@ -405,7 +412,8 @@ fn record_pids(
     )
 }
 
-/// Read rounds until the command exits; forward the signals sent to ntprof; show progress.
+/// Read rounds until the command exits; forward the signals sent to ntprof; show progress. Returns how the
+/// command ended and, if ntprof's terminal hung up (SIGHUP) meanwhile, when (seconds into the run).
 fn run_until_exit(
     session: &mut Session,
     cmd: &launch::Stopped,
@@ -413,15 +421,18 @@ fn run_until_exit(
     progress: &dyn Progress,
     t0: Instant,
     mut cutter: Option<&mut Cutter<'_>>,
-) -> Result<WaitStatus, Failure> {
+) -> Result<(WaitStatus, Option<f64>), Failure> {
     let mut last_progress = Instant::now();
+    let mut hangup = None;
     let mut ended = false;
     // The command's pidfd, to wait for its exit (`None` if it cannot be opened: the rounds then go on).
     let process = ntprofile::Process::open(cmd.pid.as_raw() as u32).ok();
     loop {
         session.round(ROUND)?;
         match waitpid(cmd.pid, Some(WaitPidFlag::WNOHANG)) {
-            Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => return Ok(st),
+            Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => {
+                return Ok((st, hangup));
+            }
             Ok(_) => {}
             Err(e) => return Err(Failure::new(EXIT_FAILURE, format!("waitpid: {e}"))),
         }
@@ -435,8 +446,11 @@ fn run_until_exit(
             p.exited_within(ROUND);
         }
         while let Some((sig, from_process)) = launch::pending_signal(sigfd) {
+            if sig == nix::sys::signal::Signal::SIGHUP && hangup.is_none() {
+                hangup = Some(t0.elapsed().as_secs_f64());
+            }
             // The terminal's Ctrl-C reached CMD already (same process group); forward what was sent to us.
-            if from_process {
+            if launch::forwarded(sig, from_process) {
                 let _ = kill(cmd.pid, sig);
             }
         }

@@ -195,3 +195,23 @@ pub fn were(n: usize) -> &'static str {
 fn its(n: usize) -> &'static str {
     if n == 1 { "its" } else { "their" }
 }
+
+/// The note of a run whose terminal hung up (SIGHUP `at` seconds into it) while a command ran: the hang-up was
+/// passed on to the command, which ended with `exit` (shell-style) at some point after.
+pub fn hangup_passed_on(at: f64, exit: Option<i32>) -> String {
+    let ended = exit.map_or("ended".to_string(), |c| {
+        format!("ended ({})", super::launch::ending(c))
+    });
+    format!(
+        "ntprof's terminal hung up (SIGHUP) {at:.1} s into the run: the hang-up was passed on to the command, \
+         which {ended}; the profile covers the run up to that exit"
+    )
+}
+
+/// The note of a run (an attach, a system-wide profile) that a hang-up of ntprof's terminal ended.
+pub fn hangup_ended(at: f64) -> String {
+    format!(
+        "ntprof's terminal hung up (SIGHUP) {at:.1} s into the run, which ended there; the profile covers it up \
+         to then"
+    )
+}

@@ -1,22 +1,27 @@
 //! Where and in which formats a [`Report`] is written: `--format`, `--output`, and the extra outputs.
 //!
 //! Shared by `ntprof record`, `ntprof attach` and `ntprof report` (flattened into each with clap). Every format is
-//! rendered from the [`Report`] alone. Each output is rendered in memory and then written in one go; a failed write
-//! is an error naming the file (or standard output), except a broken pipe (`ntprof record … | head`), which ends
-//! that output quietly as other Unix tools do.
+//! rendered from the [`Report`] alone. Each output is rendered in memory and then written in one go, a file under
+//! a temporary name renamed when complete ([`write`]); a failed write is an error naming the file (or standard
+//! output), except a broken pipe (`ntprof report … | head`), which ends that output quietly as other Unix tools
+//! do. Every file a run will write is checked before it starts ([`check`]), and a run whose output still fails at
+//! its end keeps its profile in a fallback file ([`Emit::keep`]).
 
 #[cfg(test)]
 pub(crate) use ntprof_engine::output::fixture;
 pub use ntprof_engine::output::json;
 use ntprof_engine::output::{flame, pprof, table};
 
-use std::fs::File;
-use std::io::{self, IsTerminal, Write};
+use std::io::{self, IsTerminal};
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 
 use crate::report::Report;
+use write::{Sink, WriteError, write_all};
+pub use write::{check_file, check_folder, say};
+
+mod write;
 
 /// The formats of the main output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -95,67 +100,6 @@ impl OutputArgs {
         self.format
             .or_else(|| self.output.as_deref().and_then(Format::from_path))
             .unwrap_or(Format::Text)
-    }
-}
-
-/// Where one output goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Sink {
-    Stdout,
-    File(PathBuf),
-}
-
-impl Sink {
-    fn of(path: Option<&Path>) -> Sink {
-        match path {
-            None => Sink::Stdout,
-            Some(p) if p == Path::new("-") => Sink::Stdout,
-            Some(p) => Sink::File(p.to_path_buf()),
-        }
-    }
-}
-
-/// How writing one output ended badly.
-#[derive(Debug, PartialEq, Eq)]
-enum WriteError {
-    /// The reader went away (EPIPE): stop quietly.
-    BrokenPipe,
-    /// Anything else, with the message for the user.
-    Failed(String),
-}
-
-/// Write `bytes` to `sink`.
-fn write_all(sink: &Sink, bytes: &[u8]) -> Result<(), WriteError> {
-    let classify = |e: io::Error, what: &dyn Fn(&io::Error) -> String| {
-        if e.kind() == io::ErrorKind::BrokenPipe {
-            WriteError::BrokenPipe
-        } else {
-            WriteError::Failed(what(&e))
-        }
-    };
-    match sink {
-        Sink::Stdout => {
-            let mut out = io::stdout().lock();
-            out.write_all(bytes)
-                .and_then(|()| out.flush())
-                .map_err(|e| classify(e, &|e| format!("cannot write to standard output: {e}")))
-        }
-        Sink::File(path) => {
-            let mut file = File::create(path)
-                .map_err(|e| classify(e, &|e| format!("cannot create {}: {e}", path.display())))?;
-            file.write_all(bytes)
-                .and_then(|()| file.sync_data().or_else(ignore_unsyncable))
-                .map_err(|e| classify(e, &|e| format!("cannot write {}: {e}", path.display())))
-        }
-    }
-}
-
-/// `fsync` is refused by pipes, terminals and some devices (EINVAL, ENOTSUP): nothing more to flush there. On a
-/// regular file it is what reports a full disk that `write` did not (delayed allocation).
-fn ignore_unsyncable(e: io::Error) -> io::Result<()> {
-    match e.kind() {
-        io::ErrorKind::InvalidInput | io::ErrorKind::Unsupported => Ok(()),
-        _ => Err(e),
     }
 }
 
@@ -249,9 +193,21 @@ fn render(report: &Report, format: Format, top: usize, call_tree: bool) -> Resul
     }
 }
 
+/// How [`emit`] writes a run's outputs.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Emit {
+    /// A failed output keeps the profile in a fallback file (`$TMPDIR`, else `/tmp`: `ntprof-PID-START.json`),
+    /// named in the error: a recording cannot be made again, a saved report can.
+    pub keep: bool,
+    /// The text report, when no file is given for it, goes to standard error rather than to standard output:
+    /// `record` shares its standard output with the command.
+    pub text_to_stderr: bool,
+}
+
 /// Write every output that `args` asks for: the files first, then the main output. Every output is attempted;
-/// the error lists each one that failed. A broken pipe on an output is not an error (the reader has gone).
-pub fn emit(report: &Report, args: &OutputArgs) -> Result<(), String> {
+/// the error lists each one that failed (and, with [`Emit::keep`], where the profile was kept). A broken pipe
+/// on an output is not an error (the reader has gone).
+pub fn emit(report: &Report, args: &OutputArgs, how: Emit) -> Result<(), String> {
     let mut jobs: Vec<(Sink, Result<Vec<u8>, String>)> = Vec::new();
     if let Some(path) = &args.json {
         jobs.push((Sink::of(Some(path)), json(report)));
@@ -266,7 +222,10 @@ pub fn emit(report: &Report, args: &OutputArgs) -> Result<(), String> {
         jobs.extend(flamegraphs(report, Some(path)));
     }
     let format = args.main_format();
-    let main = Sink::of(args.output.as_deref());
+    let mut main = Sink::of(args.output.as_deref());
+    if format == Format::Text && main == Sink::Stdout && how.text_to_stderr {
+        main = Sink::Stderr;
+    }
     if format == Format::Pprof && main == Sink::Stdout && io::stdout().is_terminal() {
         jobs.push((
             main,
@@ -289,10 +248,38 @@ pub fn emit(report: &Report, args: &OutputArgs) -> Result<(), String> {
         }
     }
     if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors.join("\nntprof: error: "))
+        return Ok(());
     }
+    if how.keep {
+        errors.push(match json(report).and_then(|j| write::keep(&j, &report.run.started_at)) {
+            Ok(kept) => format!(
+                "the profile is kept in {}: 'ntprof report {}' writes it again in any format (-o FILE, \
+                 --format, --json ...)",
+                kept.display(),
+                kept.display()
+            ),
+            Err(e) => format!("the profile could not be kept in a fallback file either: {e}"),
+        });
+    }
+    Err(errors.join("\nntprof: error: "))
+}
+
+/// Check, before a run starts, every file `args` will write (see [`check_file`]); `-o DIR/` of a run cut
+/// into windows is the windows' folder, checked by them.
+pub fn check(args: &OutputArgs) -> Result<(), String> {
+    let files = [
+        ("--output", &args.output),
+        ("--json", &args.json),
+        ("--csv", &args.csv),
+        ("--pprof", &args.pprof),
+        ("--flamegraph", &args.flamegraph),
+    ];
+    for (option, path) in files {
+        if let Some(p) = path {
+            check_file(option, p)?;
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

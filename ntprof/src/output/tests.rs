@@ -29,7 +29,7 @@ fn write_failures_name_the_file() {
     assert_eq!(
         e,
         WriteError::Failed(
-            "cannot create /nonexistent-dir/x.json: No such file or directory (os error 2)".into()
+            "cannot write /nonexistent-dir/x.json: No such file or directory (os error 2)".into()
         )
     );
     let e = write_all(&Sink::File("/dev/full".into()), b"{}").unwrap_err();
@@ -53,7 +53,7 @@ fn every_output_is_attempted_and_every_failure_reported() {
         flamegraph: Some(dir.join("flame.svg")),
         ..OutputArgs::default()
     };
-    let err = emit(&report, &args).unwrap_err();
+    let err = emit(&report, &args, Emit::default()).unwrap_err();
     assert!(
         err.contains("/nonexistent-dir/a.json") && err.contains("/dev/full"),
         "{err}"

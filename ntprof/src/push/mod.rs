@@ -289,7 +289,7 @@ pub fn end_run(pushers: Option<Pushers>, result: &mut Result<Outcome, Failure>, 
     }
     let summary = pushers.finish();
     for line in summary.lines() {
-        eprintln!("ntprof: {line}");
+        crate::output::say(&format!("ntprof: {line}"));
     }
     if let Ok(outcome) = result.as_mut() {
         outcome.report.run.notes.extend(summary.notes());

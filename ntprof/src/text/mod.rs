@@ -98,8 +98,12 @@ fn header(out: &mut String, report: &Report) {
         (None, "duration") => write!(out, ", ended after --duration"),
         (None, "interrupted") => write!(out, ", ended by Ctrl-C"),
         (None, "process-exited") => write!(out, ", ended when the process exited"),
+        (None, "hangup") => write!(out, ", ended by a hang-up of the terminal (SIGHUP)"),
         (None, other) => write!(out, ", ended: {other}"),
     };
+    if run.exit_status.is_some() && run.ended_by == "hangup" {
+        out.push_str(" after a hang-up of the terminal (SIGHUP)");
+    }
     let _ = writeln!(out, "; started {}", run.started_at);
     let cpus = match &run.cpus {
         None => "all".to_string(),

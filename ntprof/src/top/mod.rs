@@ -110,6 +110,9 @@ fn ending(result: &Result<Outcome, Failure>, sink: &Sink, target: &Target) -> (S
         }
         Ok(_) if sink.quit.load(Ordering::Relaxed) => ("ended: quit".to_string(), 0),
         Ok(_) if sink.timed_out => ("ended: --duration reached".to_string(), 0),
+        Ok(o) if o.report.run.ended_by == "hangup" && !matches!(target, Target::Command(_)) => {
+            ("ended: the terminal hung up (SIGHUP)".to_string(), o.exit)
+        }
         Ok(o) => match target {
             Target::Command(c) => {
                 let how = o.report.run.exit_status.map_or("ended".to_string(), |s| {
@@ -127,15 +130,17 @@ fn ending(result: &Result<Outcome, Failure>, sink: &Sink, target: &Target) -> (S
     }
 }
 
-/// Block SIGINT and SIGTERM before any thread starts, so that every thread inherits the mask: the engine reads
-/// them from a signalfd (forwards them to the command, or ends the run), and a thread that did not block them
-/// would be killed by them, leaving the terminal in raw mode.
+/// Block SIGINT, SIGTERM and SIGHUP before any thread starts, so that every thread inherits the mask: the
+/// engine reads them from a signalfd (forwards them to the command, or ends the run), and a thread that did not
+/// block them would be killed by them, leaving the terminal in raw mode. A terminal that hangs up thus ends the
+/// run cleanly (its command is told, as the terminal would have told it), the writes to it failing quietly.
 fn block_signals() -> Result<(), String> {
     let mut set = SigSet::empty();
     set.add(Signal::SIGINT);
     set.add(Signal::SIGTERM);
+    set.add(Signal::SIGHUP);
     set.thread_block()
-        .map_err(|e| format!("cannot block SIGINT and SIGTERM: {e}"))
+        .map_err(|e| format!("cannot block SIGINT, SIGTERM and SIGHUP: {e}"))
 }
 
 /// `ntprof top`.
@@ -145,7 +150,7 @@ pub fn run(a: &TopArgs) -> ExitCode {
         Err(e) => e.exit(),
     };
     if let Err(msg) = block_signals() {
-        eprintln!("ntprof: error: {msg}");
+        crate::output::say(&format!("ntprof: error: {msg}"));
         return ExitCode::FAILURE;
     }
     let label = target_label(a, &target);
@@ -156,7 +161,9 @@ pub fn run(a: &TopArgs) -> ExitCode {
         match screen::RawTerminal::enter() {
             Ok(g) => Some(g),
             Err(e) => {
-                eprintln!("ntprof: error: cannot put the terminal in raw mode: {e}");
+                crate::output::say(&format!(
+                    "ntprof: error: cannot put the terminal in raw mode: {e}"
+                ));
                 return ExitCode::FAILURE;
             }
         }
@@ -181,7 +188,9 @@ pub fn run(a: &TopArgs) -> ExitCode {
         Ok(d) => d,
         Err(e) => {
             drop(guard);
-            eprintln!("ntprof: error: cannot start the display thread: {e}");
+            crate::output::say(&format!(
+                "ntprof: error: cannot start the display thread: {e}"
+            ));
             return ExitCode::FAILURE;
         }
     };
@@ -212,29 +221,31 @@ pub fn run(a: &TopArgs) -> ExitCode {
     match shown {
         Ok(Ok(())) => {}
         Ok(Err(e)) => {
-            eprintln!("ntprof: error: the display failed: {e}");
+            crate::output::say(&format!("ntprof: error: the display failed: {e}"));
             code = code.max(1);
         }
         Err(_) => {
-            eprintln!("ntprof: error: the display thread panicked");
+            crate::output::say("ntprof: error: the display thread panicked");
             code = code.max(1);
         }
     }
     if let Some(p) = panicked {
         // On its own line: the panic hook restored the terminal before the last frame was drawn.
-        eprintln!("\nntprof: error: making a window's table failed: {p}");
+        crate::output::say(&format!(
+            "\nntprof: error: making a window's table failed: {p}"
+        ));
         code = code.max(1);
     }
     match result {
         Ok(o) => {
             if let Some(w) = o.warning {
-                eprintln!("ntprof: error: {w}");
+                crate::output::say(&format!("ntprof: error: {w}"));
                 return ExitCode::from(2);
             }
             ExitCode::from(code)
         }
         Err(f) => {
-            eprintln!("ntprof: error: {}", f.message);
+            crate::output::say(&format!("ntprof: error: {}", f.message));
             ExitCode::from(f.code)
         }
     }

@@ -32,7 +32,7 @@ pub fn run(rx: Receiver<Msg>, quit: &AtomicBool, target: &str, capacity: usize, 
         }
         if let Err(e) = write_tables(&mut out, &ring, target, rows) {
             if e.kind() != io::ErrorKind::BrokenPipe {
-                eprintln!("ntprof: error: cannot write the table: {e}");
+                crate::output::say(&format!("ntprof: error: cannot write the table: {e}"));
             }
             failed = true;
             // Only the flag is published: nothing else is read after it, so Relaxed suffices.
