@@ -2,7 +2,7 @@
 //!
 //! Shared by `ntprof record`, `ntprof attach` and `ntprof report` (flattened into each with clap). Every format is
 //! rendered from the [`Report`] alone. Each output is rendered in memory and then written in one go, a file under
-//! a temporary name renamed when complete ([`write`]); a failed write is an error naming the file (or standard
+//! a temporary name renamed when complete ([`mod@write`]); a failed write is an error naming the file (or standard
 //! output), except a broken pipe (`ntprof report … | head`), which ends that output quietly as other Unix tools
 //! do. Every file a run will write is checked before it starts ([`check`]), and a run whose output still fails at
 //! its end keeps its profile in a fallback file ([`Emit::keep`]).
