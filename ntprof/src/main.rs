@@ -152,6 +152,18 @@ fn recording(
     {
         return usage_error(&msg);
     }
+    // A command shares ntprof's standard output: the profile is kept apart from its output.
+    let how = match (
+        r.command.is_empty() || r.window.every.is_some(),
+        output::apart_from_command(r.output),
+    ) {
+        (true, _) => output::Emit {
+            keep: true,
+            text_to_stderr: false,
+        },
+        (false, Ok(how)) => how,
+        (false, Err(msg)) => return usage_error(&msg),
+    };
     let pushers = match push::Pushers::start(r.push, r.command, r.pid) {
         Ok(p) => p,
         Err(e) => return usage_error(&e),
@@ -171,10 +183,6 @@ fn recording(
     let mut result = whole(&progress);
     drop(progress);
     push::end_run(pushers, &mut result, true);
-    let how = output::Emit {
-        keep: true,
-        text_to_stderr: false,
-    };
     report(result, r.output, how)
 }
 

@@ -2,7 +2,9 @@
 //! folder refuses the run, the command never runs); a disk that fills during the run leaves the profile in the
 //! fallback file; a hang-up (SIGHUP, or the terminal itself going away) is passed on to the command and the
 //! recording is written, windows included; an attach ends at a hang-up with its profile; standard output and
-//! error that are gone stop nothing; `top` ends cleanly at a hang-up.
+//! error that are gone stop nothing; `top` ends cleanly at a hang-up. And the profile never mixes with the
+//! recorded command's output: a machine format to stdout is refused before the command starts, the text report
+//! goes to stderr when stdout is not a terminal.
 
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
@@ -13,7 +15,7 @@ use serde_json::Value;
 
 mod common;
 
-use common::{run_bounded, u};
+use common::{run_raw, u};
 
 const NTPROF: &str = env!("CARGO_BIN_EXE_ntprof");
 /// Generous: the machine may be shared and loaded.
@@ -100,7 +102,7 @@ fn samples(r: &Value) -> u64 {
 
 /// `ntprof report FILE` renders the file again (the text report, with its source's section).
 fn reads_back(path: &Path) {
-    let out = run_bounded(Command::new(NTPROF).arg("report").arg(path), LIMIT);
+    let out = run_raw(Command::new(NTPROF).arg("report").arg(path), LIMIT);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && text.contains("== Timer"),
@@ -146,7 +148,7 @@ fn every_output_is_checked_before_the_command_runs() {
         ),
     ];
     for (options, reason) in cases {
-        let out = run_bounded(
+        let out = run_raw(
             Command::new(NTPROF)
                 .current_dir(&dir)
                 .args(["record", "-q"])
@@ -166,7 +168,7 @@ fn every_output_is_checked_before_the_command_runs() {
     // An attach is refused before it begins: at once, with the same status, not after its --duration.
     let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
     let t0 = Instant::now();
-    let out = run_bounded(
+    let out = run_raw(
         Command::new(NTPROF).args([
             "attach",
             "-q",
@@ -217,7 +219,7 @@ fn a_full_disk_keeps_the_profile_in_the_fallback_file() {
          rc=$?; ls -A {d} > {listing}; exit $rc",
         listing = dir.join("listing").display()
     );
-    let out = run_bounded(
+    let out = run_raw(
         Command::new(unshare)
             .args(["-m", "--propagation", "private", "sh", "-c", &script])
             .env("TMPDIR", &keep),
@@ -498,5 +500,78 @@ fn top_ends_cleanly_at_a_hangup() {
     assert_eq!(
         std::fs::read_to_string(dir.join("mark")).unwrap().trim(),
         "HUP"
+    );
+}
+
+/// `record -- CMD` shares its standard output with CMD: a machine format there is refused before CMD starts (it
+/// would begin with CMD's own output), given a file it is clean, and the text report stays out of CMD's `> log`.
+#[test]
+fn the_profile_never_mixes_with_the_commands_output() {
+    let dir = scratch("apart");
+    let prints = ["--", "sh", "-c", "echo done"];
+    let refused: [&[&str]; 6] = [
+        &["--format", "json"],
+        &["--format", "pprof"],
+        &["--format", "csv"],
+        &["--format", "folded"],
+        &["--format", "flamegraph", "-o", "-"],
+        &["--json", "-"],
+    ];
+    for options in refused {
+        let out = run_raw(
+            Command::new(NTPROF)
+                .current_dir(&dir)
+                .args(["record", "-q"])
+                .args(options)
+                .args(prints),
+            LIMIT,
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{options:?}: {err}");
+        assert!(
+            err.contains("standard output")
+                && (err.contains("-o FILE") || err.contains("file name")),
+            "{options:?}: {err}"
+        );
+        // Refused before the command started: it printed nothing.
+        assert!(out.stdout.is_empty(), "{options:?}: {:?}", out.stdout);
+    }
+    // With -o FILE: the command's output is its own, the file clean JSON that `ntprof report` reads.
+    let out = run_raw(
+        Command::new(NTPROF)
+            .current_dir(&dir)
+            .args(["record", "-q", "--format", "json", "-o", "out.json"])
+            .args(prints),
+        LIMIT,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
+    let r = json(&dir.join("out.json"));
+    assert_eq!(r["run"]["exit_status"], 0);
+    reads_back(&dir.join("out.json"));
+    // `ntprof report` runs no command: its standard output is the profile's, in any format.
+    let again = run_raw(
+        Command::new(NTPROF)
+            .args(["report", "--format", "json"])
+            .arg(dir.join("out.json")),
+        LIMIT,
+    );
+    assert_eq!(serde_json::from_slice::<Value>(&again.stdout).unwrap(), r);
+    // The text report: not in the program's log (stdout is a file, not a terminal), but on stderr.
+    let line = format!("{NTPROF} record -q -- sh -c 'echo done' > log");
+    let out = run_raw(
+        Command::new("sh").current_dir(&dir).args(["-c", &line]),
+        LIMIT,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(std::fs::read_to_string(dir.join("log")).unwrap(), "done\n");
+    assert!(
+        err.contains("ntprof record: sh -c") && err.contains("== Timer"),
+        "{err}"
     );
 }

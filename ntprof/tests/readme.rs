@@ -87,7 +87,9 @@ fn readme_sample_output_matches_a_real_run() {
         "the README's command changed: update this test"
     );
     let demo = demo();
-    let out = common::run_ok(
+    // As the README runs it, without a terminal (as in CI): the report goes to stderr then, after the demo's own
+    // lines, as the README's sample shows them; stdout stays the demo's (empty).
+    let out = common::run_raw(
         Command::new(NTPROF).args([
             "record",
             "--expect",
@@ -101,7 +103,17 @@ fn readme_sample_output_matches_a_real_run() {
         ]),
         Duration::from_secs(120),
     );
-    let real: Vec<String> = String::from_utf8(out.stdout)
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let real: Vec<String> = String::from_utf8(out.stderr)
         .unwrap()
         .lines()
         .map(str::to_string)

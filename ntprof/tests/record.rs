@@ -689,17 +689,11 @@ fn exit_status_is_passed_through() {
 
 #[test]
 fn stdio_is_left_to_the_command() {
+    let file = common::report_path();
     let mut child = Command::new(NTPROF)
-        .args([
-            "record",
-            "-q",
-            "--format",
-            "json",
-            "--",
-            "sh",
-            "-c",
-            "read x; echo got-$x >&2",
-        ])
+        .args(["record", "-q", "--format", "json", "-o"])
+        .arg(&file)
+        .args(["--", "sh", "-c", "read x; echo got-$x >&2"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -707,7 +701,8 @@ fn stdio_is_left_to_the_command() {
         .unwrap();
     use std::io::Write;
     child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
-    let out = child.wait_with_output().unwrap();
+    let mut out = child.wait_with_output().unwrap();
+    common::append_report(&mut out, &file);
     assert!(stderr(&out).contains("got-hello"), "{}", stderr(&out));
     report(&out, 0);
 }
@@ -837,10 +832,13 @@ fn sigint_is_forwarded_by_record_and_ends_attach() {
     let interrupt = |child: &std::process::Child| {
         kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
     };
+    let file = common::report_path();
     let rec = start(&[
         "record",
         "--format",
         "json",
+        "-o",
+        file.to_str().unwrap(),
         "--",
         split.to_str().unwrap(),
         "30",
@@ -850,7 +848,9 @@ fn sigint_is_forwarded_by_record_and_ends_attach() {
         "ntprof record to let split run",
     );
     interrupt(&rec);
-    let r = report(&rec.wait_with_output().unwrap(), 130);
+    let mut out = rec.wait_with_output().unwrap();
+    common::append_report(&mut out, &file);
+    let r = report(&out, 130);
     assert_eq!(r["run"]["exit_status"], 130);
 
     let mut target = spawn_split("30");

@@ -77,6 +77,11 @@ Examples:
   ntprof record -g --format folded -o prog.folded -- ./prog   folded stacks for flamegraph.pl, speedscope
   ntprof record --every 10 --keep 360 --output prof/ -- ./server   a profile per 10 s window, the last hour kept
 
+The profile never mixes with the command's output (they share standard output): JSON, CSV, pprof, folded
+stacks and flame graphs go to the file -o FILE names (refused before the command starts without one); the text
+report goes to standard output on a terminal, otherwise to standard error (as perf stat and time report it),
+or to -o FILE.
+
 The exit status is the command's (128 + N when a signal N killed it); 127 when it cannot be run.";
 
 const REPORT_AFTER_HELP: &str = "\

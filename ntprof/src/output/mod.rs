@@ -69,7 +69,9 @@ pub struct OutputArgs {
     /// otherwise text.
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub format: Option<Format>,
-    /// Write the main output to FILE instead of standard output ('-' is standard output).
+    /// Write the main output to FILE instead of standard output ('-' is standard output). 'record -- CMD' shares
+    /// standard output with CMD, so there every format but text needs -o FILE, and the text report without -o
+    /// goes to standard output on a terminal, otherwise to standard error.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
     /// Also write the JSON report to FILE (read it again with 'ntprof report FILE').
@@ -262,6 +264,51 @@ pub fn emit(report: &Report, args: &OutputArgs, how: Emit) -> Result<(), String>
         });
     }
     Err(errors.join("\nntprof: error: "))
+}
+
+/// How a run whose command shares ntprof's standard output writes its outputs (`record -- CMD`): the profile
+/// never mixes with the command's own output. A machine format (JSON, CSV, pprof, folded stacks, a flame graph)
+/// goes only to a file: asked for on standard output (no `-o`, or `-` for a file), it is refused, before the
+/// command starts, with the fix. The text report goes to standard output when that is a terminal, otherwise to
+/// standard error (as `perf stat` and `time` report), unless `-o FILE` names its file (`-o -`: standard output,
+/// asked for).
+pub fn apart_from_command(args: &OutputArgs) -> Result<Emit, String> {
+    let stdout = |p: &Option<PathBuf>| p.as_deref().is_none_or(|p| p == Path::new("-"));
+    let format = args.main_format();
+    if format != Format::Text && stdout(&args.output) {
+        let name = format!("{format:?}").to_ascii_lowercase();
+        let example = match format {
+            Format::Json => "prof.json",
+            Format::Csv => "prof.csv",
+            Format::Pprof => "prof.pb.gz",
+            Format::Flamegraph => "flame.svg",
+            Format::Folded => "prof.folded",
+            Format::Text => "report.txt",
+        };
+        return Err(format!(
+            "--format {name} would go to standard output, which the command shares: its own output would mix \
+             into the profile. Give the file for it with -o FILE (e.g. -o {example})"
+        ));
+    }
+    let files = [
+        ("--json", &args.json),
+        ("--csv", &args.csv),
+        ("--pprof", &args.pprof),
+        ("--flamegraph", &args.flamegraph),
+    ];
+    if let Some((option, _)) = files
+        .iter()
+        .find(|(_, p)| p.as_deref() == Some(Path::new("-")))
+    {
+        return Err(format!(
+            "{option} -: standard output is the command's too, and its own output would mix into the profile: \
+             give a file name"
+        ));
+    }
+    Ok(Emit {
+        keep: true,
+        text_to_stderr: args.output.is_none() && !io::stdout().is_terminal(),
+    })
 }
 
 /// Check, before a run starts, every file `args` will write (see [`check_file`]); `-o DIR/` of a run cut

@@ -35,11 +35,93 @@ pub fn gcc(args: &[&str], cwd: &Path) {
     );
 }
 
+/// Where an `ntprof record` run by `cmd` writes its report when `cmd` names no file for it: `-o FILE` inserted
+/// after `record` into a copy of `cmd` (the copy and the file returned), or `None` when `cmd` is no such run
+/// (not ntprof, not `record`, or it names its own output: `-o`, `--output`, `--every`; or asks for help).
+///
+/// `record -- CMD` keeps the profile apart from CMD's output: a machine format goes only to a file, the text
+/// report to stderr when stdout is not a terminal. The tests written when the report shared stdout read it
+/// there: [`run_bounded`] runs such a command with `-o FILE` and puts the file after CMD's own output on
+/// stdout, as it was.
+fn with_report_file(cmd: &Command) -> Option<(Command, PathBuf)> {
+    let ntprof = Path::new(env!("CARGO_BIN_EXE_ntprof"));
+    let args: Vec<&std::ffi::OsStr> = cmd.get_args().collect();
+    // ntprof itself, or through setpriv (`ntprof_command(true)`): the word after ntprof's path.
+    let at = if Path::new(cmd.get_program()) == ntprof {
+        0
+    } else {
+        args.iter().position(|a| Path::new(a) == ntprof)? + 1
+    };
+    if args.get(at).is_none_or(|a| *a != "record") {
+        return None;
+    }
+    let options = args[at..].iter().take_while(|a| **a != "--");
+    let own = ["-o", "--output", "--every", "-h", "--help"];
+    if options.clone().any(|a| {
+        let a = a.to_string_lossy();
+        own.contains(&a.as_ref()) || a.starts_with("--output=") || a.starts_with("-o")
+    }) {
+        return None;
+    }
+    let file = report_path();
+    let mut copy = Command::new(cmd.get_program());
+    copy.args(&args[..=at])
+        .arg("-o")
+        .arg(&file)
+        .args(&args[at + 1..]);
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => copy.env(k, v),
+            None => copy.env_remove(k),
+        };
+    }
+    if let Some(d) = cmd.get_current_dir() {
+        copy.current_dir(d);
+    }
+    Some((copy, file))
+}
+
 /// Run `cmd` to its end with stdin closed and stdout and stderr captured (read while it runs, so a large output
-/// cannot fill a pipe and stall it); kill it and panic when it runs longer than `limit`.
+/// cannot fill a pipe and stall it); kill it and panic when it runs longer than `limit`. An `ntprof record` that
+/// names no output file writes its report to one, which is put on stdout after the command's own output (see
+/// [`with_report_file`]).
 #[allow(dead_code)] // Not every test file runs commands through it.
 pub fn run_bounded(mut cmd: impl BorrowMut<Command>, limit: Duration) -> Output {
     let cmd = cmd.borrow_mut();
+    if let Some((mut copy, file)) = with_report_file(cmd) {
+        let mut out = run_raw(&mut copy, limit);
+        append_report(&mut out, &file);
+        return out;
+    }
+    run_raw(cmd, limit)
+}
+
+/// A fresh path for the report of one `ntprof record` (no extension: the format is the run's own), in a folder
+/// every user may write in, as /tmp (sticky: a run as nobody through setpriv writes its report there too).
+#[allow(dead_code)] // Only the tests that start ntprof record themselves ask.
+pub fn report_path() -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ntprof-reports");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    dir.join(format!("ntprof-report-{}-{n}", std::process::id()))
+}
+
+/// Put the report file `file` (if written) after the command's own output on `out.stdout`, as when the report
+/// shared stdout, and remove it.
+#[allow(dead_code)] // Only the tests that start ntprof record themselves ask.
+pub fn append_report(out: &mut Output, file: &Path) {
+    if let Ok(report) = std::fs::read(file) {
+        out.stdout.extend_from_slice(&report);
+        let _ = std::fs::remove_file(file);
+    }
+}
+
+/// [`run_bounded`] as `cmd` is, without a report file.
+#[allow(dead_code)] // Not every test file runs commands through it.
+pub fn run_raw(cmd: &mut Command, limit: Duration) -> Output {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
