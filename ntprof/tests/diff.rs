@@ -134,10 +134,28 @@ fn a_designed_change_comes_first_from_json_and_from_pprof_alike() {
         key(&from_pprof),
         "JSON:\n{text}\npprof:\n{from_pprof}"
     );
-    // A profile against itself: no change anywhere.
-    let same = ntprof(&["diff", "-n", "0", &file("old.json"), &file("old.pb.gz")]);
-    let same = String::from_utf8_lossy(&same.stdout).into_owned();
-    assert!(rows(&same).iter().all(|r| r.0 == 0.0), "{same}");
+    // A profile against itself (-n 0: every row): it succeeds, lists the designed two at their JSON shares, and
+    // no change anywhere (a diff that prints no row, or fails, is caught: `all` over no rows would hold).
+    let out = ntprof(&["diff", "-n", "0", &file("old.json"), &file("old.pb.gz")]);
+    let same = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{same}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let same_rows = rows(&same);
+    assert!(same_rows.iter().all(|r| r.0 == 0.0 && r.1 == r.2), "{same}");
+    let old: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(file("old.json")).unwrap()).unwrap();
+    let s = &old["sources"][0];
+    let total = common::u(&s["stats"]["counted"]) + common::u(&s["stats"]["outside"]);
+    for name in ["work_a", "work_b"] {
+        let share = common::function_samples(s, name) as f64 * 100.0 / total as f64;
+        let row = same_rows.iter().find(|r| r.3 == name);
+        let row = row
+            .unwrap_or_else(|| panic!("{name} missing from a profile's diff with itself:\n{same}"));
+        assert!((row.1 - share).abs() < 0.051, "{name}: {share} %:\n{same}");
+    }
 }
 
 #[test]

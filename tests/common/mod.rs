@@ -4,6 +4,10 @@
 
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+pub mod skip;
+#[allow(unused_imports)] // Only the tests with a requirement skip.
+pub use skip::skip;
+
 /// Held by every test of a test binary that samples this process or changes a process-wide setting (a source's
 /// interval or jitter), so that such tests never overlap. One per test binary (each is a process of its own).
 static SERIAL: Mutex<()> = Mutex::new(());

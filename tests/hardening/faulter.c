@@ -5,20 +5,38 @@
  * come and go), then (argv[4], default 0) touches BURST more fresh pages at once after a 10 ms pause (a new
  * scheduler tick: the kernel's limit of 400 samples per tick at 250 Hz counts from there). With argv[6] "hold" it
  * then prints "done" and waits for its standard input to close (its first thread alone is left, for the profiler
- * to look at); then it exits. */
+ * to look at); then it exits. With argv[7], PAUSE_MS, each thread first sleeps that long (a profiler that opens
+ * events for new threads has it to do so) and counts the page faults it took before (getrusage RUSAGE_THREAD:
+ * its start's, a stack and TLS); "done" is then followed by the sum of those faults over every thread. */
+#define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 static int pages;
 static int spin = 20000;
+static int pause_ms = -1;
 static volatile unsigned long sink;
+/* Page faults the threads took before their pause, every thread's together. */
+static unsigned long before_pause;
+static pthread_mutex_t before_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void *work(void *arg) {
     (void)arg;
+    if (pause_ms >= 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_THREAD, &ru);
+        pthread_mutex_lock(&before_lock);
+        before_pause += ru.ru_minflt + ru.ru_majflt;
+        pthread_mutex_unlock(&before_lock);
+        struct timespec ts = {pause_ms / 1000, (long)(pause_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     long page = sysconf(_SC_PAGESIZE);
     char *p = mmap(NULL, (size_t)pages * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) _exit(4);
@@ -40,6 +58,7 @@ int main(int argc, char **argv) {
     char line[16];
     if (!fgets(line, sizeof line, stdin)) return 3;
     int batches = argc > 5 ? atoi(argv[5]) : 1;
+    if (argc > 7) pause_ms = atoi(argv[7]);
     for (int b = 0; b < batches; b++) {
         for (int i = 0; i < threads; i++)
             if (pthread_create(&t[i], NULL, work, NULL) != 0) return 5;
@@ -54,7 +73,10 @@ int main(int argc, char **argv) {
         for (int i = 0; i < burst; i++) p[(long)i * page] = 1;
     }
     if (argc > 6 && strcmp(argv[6], "hold") == 0) {
-        printf("done\n");
+        if (pause_ms >= 0)
+            printf("done %lu\n", before_pause);
+        else
+            printf("done\n");
         fflush(stdout);
         while (fgets(line, sizeof line, stdin)) {}
     }

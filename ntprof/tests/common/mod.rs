@@ -154,11 +154,11 @@ pub fn run_raw(cmd: &mut Command, limit: Duration) -> Output {
     }
 }
 
-/// Whether this is a CI run (`CI=true` or `CI=1`), where a missing tool is a failure rather than a skip.
-#[allow(dead_code)] // Only the tests that use external tools ask.
-pub fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
-}
+/// Counted skips (a failure in CI), shared with the other test crates.
+#[path = "../../../tests/common/skip.rs"]
+pub mod skip;
+#[allow(unused_imports)] // Only the tests with a requirement skip.
+pub use skip::{in_ci, skip};
 
 /// The first file `name` in a directory of the PATH.
 #[allow(dead_code)] // Only the tests that use external tools look.
@@ -176,9 +176,10 @@ pub fn on_path(name: &str) -> Option<PathBuf> {
 pub fn tool(name: &str, path: Option<PathBuf>, how: &str) -> Option<PathBuf> {
     match path {
         Some(p) => Some(p),
-        None if in_ci() => panic!("{name} is missing: {how} (.ci/run installs it)"),
         None => {
-            eprintln!("SKIPPED: {name} is not installed ({how}); with CI=true this is a failure");
+            skip(&format!(
+                "{name} is not installed ({how}; .ci/run installs it)"
+            ));
             None
         }
     }

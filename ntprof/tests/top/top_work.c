@@ -1,8 +1,10 @@
 /* top_work [SECONDS]: the main thread splits its CPU time 75 % / 25 % between burn_three and burn_one by
  * construction (3 : 1 units of the same loop each round); a helper thread naps in nap_a_bit, 2 ms at a time, for
  * the off-CPU waits. The naps are the helper's: a sleep on the main thread would restart its CPU timer at the same
- * point of every round and bias where its samples land. Runs SECONDS of wall time (default: until killed). The
- * names sort the other way by name than by share. Writes nothing to stdout. */
+ * point of every round and bias where its samples land. Runs until the process has used SECONDS of CPU time
+ * (default: until killed), so that a loaded machine slows the run but leaves its samples as many (one per
+ * millisecond of CPU time at ntprof's default interval). The names sort the other way by name than by share.
+ * Writes nothing to stdout. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <time.h>
@@ -34,21 +36,14 @@ static void *helper(void *arg)
     return NULL;
 }
 
-static double wall_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 int main(int argc, char **argv)
 {
     double seconds = argc > 1 ? atof(argv[1]) : 0;
     uint64_t unit = 1 << 14, x = 1;
     pthread_t h;
     pthread_create(&h, NULL, helper, NULL);
-    double start = wall_seconds(), t = cpu_seconds();
-    while (seconds <= 0 || wall_seconds() < start + seconds) {
+    double start = cpu_seconds(), t = start;
+    while (seconds <= 0 || t < start + seconds) {
         x = burn_three(x, 3 * unit);
         x = burn_one(x, unit);
         keep = x;
