@@ -373,10 +373,10 @@ fn threads_before_and_after_start_are_counted() {
 #[test]
 fn affinity_selects_processors() {
     if online_cpus() < 2 {
-        eprintln!(
-            "skipped: needs 2 online CPUs, this machine has {}",
+        common::skip(&format!(
+            "needs 2 online processors, this machine has {}",
             online_cpus()
-        );
+        ));
         return;
     }
     let _serial = serial();

@@ -593,8 +593,7 @@ fn kernel_profile_names_kernel_functions_and_needs_privilege() {
             "{e}"
         );
     }
-    if !is_root() {
-        eprintln!("not root: the privileged half of this test needs root");
+    if !common::root_or_skip("the privileged half of this test profiles the kernel") {
         return;
     }
     let out = ntprof(&[

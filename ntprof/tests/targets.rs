@@ -83,8 +83,9 @@ fn attach_to_a_zombie_says_it_has_exited_and_not_been_reaped() {
 
 #[test]
 fn attach_to_pid_1_unprivileged_gives_the_permission_reason() {
-    if !is_root() {
-        return; // pid 1 may be this user's own in a container; the privileged path is the one to drop
+    // pid 1 may be this user's own in a container; the privileged path is the one to drop.
+    if !common::root_or_skip("the refusal is of root's pid 1 to a user without privilege") {
+        return;
     }
     let err = attach_fails(1, true);
     assert!(err.contains("not allowed to profile process 1"), "{err}");

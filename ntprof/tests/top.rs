@@ -421,8 +421,7 @@ fn a_pid_and_its_tree_live_and_ctrl_c_leaves_them_running() {
 
 #[test]
 fn the_kernel_without_a_terminal() {
-    if !common::is_root() {
-        eprintln!("SKIPPED: profiling the kernel needs privilege (the refusal is tested apart)");
+    if !common::root_or_skip("profiling the kernel needs privilege (the refusal is tested apart)") {
         return;
     }
     let out = common::run_ok(
@@ -512,7 +511,7 @@ fn the_kernel_refused_without_privilege_says_what_record_says() {
     let out = common::run_bounded(cmd, Duration::from_secs(60));
     let err = String::from_utf8_lossy(&out.stderr);
     if !common::is_root() && !err.contains("CAP_PERFMON") {
-        eprintln!("SKIPPED: this user may profile the kernel");
+        common::skip("this user may profile the kernel: there is no refusal to see (run as root)");
         return;
     }
     assert_eq!(out.status.code(), Some(1), "{err}");

@@ -45,21 +45,45 @@ pub fn skip(reason: &str) {
     }
 }
 
-/// This run's skip file: `target/test-skips/PPID-START.txt`, keyed by the parent (cargo, for every test binary
-/// of one `cargo test`) and its start time (pids are reused); `None` where the target folder is unknown.
+/// This run's skip file: `target/test-skips/PID-START.txt`, keyed by the `cargo` this test binary runs under
+/// (the nearest ancestor named so: a helper process a test starts counts with its test) and its start time
+/// (pids are reused), or by the parent where there is none; `None` where the target folder is unknown.
 fn run_file() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     // target/<profile>/deps/<binary>
     let target = exe.parent()?.parent()?.parent()?;
-    let ppid = std::os::unix::process::parent_id();
-    let stat = std::fs::read_to_string(format!("/proc/{ppid}/stat")).ok()?;
-    // The start time is field 22; the command (field 2) may hold spaces but ends at the last ')'.
-    let start = stat.rsplit(')').next()?.split_whitespace().nth(19)?;
-    Some(
-        target
-            .join("test-skips")
-            .join(format!("{ppid}-{start}.txt")),
-    )
+    // (pid, ppid, start time) of a process, from /proc/PID/stat: the command (field 2) may hold spaces but
+    // ends at the last ')'; the ppid is field 4, the start time field 22.
+    let stat = |pid: u32| -> Option<(String, u32, String)> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        let (head, rest) = s.rsplit_once(')')?;
+        let comm = head.split_once('(')?.1.to_string();
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        Some((
+            comm,
+            fields.get(1)?.parse().ok()?,
+            fields.get(19)?.to_string(),
+        ))
+    };
+    let parent = std::os::unix::process::parent_id();
+    let (mut pid, mut key) = (parent, None);
+    for _ in 0..8 {
+        let Some((comm, ppid, start)) = stat(pid) else {
+            break;
+        };
+        if pid == parent {
+            key = Some(format!("{pid}-{start}"));
+        }
+        if comm == "cargo" {
+            key = Some(format!("{pid}-{start}"));
+            break;
+        }
+        if ppid <= 1 {
+            break;
+        }
+        pid = ppid;
+    }
+    Some(target.join("test-skips").join(format!("{}.txt", key?)))
 }
 
 /// Print this run's skips so far, if any, on one line (at the exit of every test binary holding this module).
@@ -89,6 +113,8 @@ extern "C" fn register_print_skips() {
 
 // Registers `print_skips` at load, before main: every test binary that holds this module reports the skips at
 // its exit, whether or not one of its own tests skipped.
+// SAFETY: `.init_array` holds pointers to functions of no arguments that the loader calls once before main;
+// this one only registers an exit handler.
 #[used]
 #[unsafe(link_section = ".init_array")]
 static REGISTER: extern "C" fn() = register_print_skips;

@@ -306,7 +306,9 @@ fn exhausted_descriptors_never_deny_a_privilege_held() {
         "regressions::exhausted_descriptors_never_deny_a_privilege_held",
         || {
             if !ntprofile::target::has_system_profile_privilege() {
-                println!("skipped: the caller has no system-profile privilege to lose");
+                crate::common::skip(
+                    "needs the system-profile privilege, to show it is not lost (run as root)",
+                );
                 return;
             }
             set_soft_nofile(64);

@@ -362,7 +362,7 @@ fn helper_process() {
 fn a_global_sampler_sees_every_process() {
     let _serial = common::serial();
     if !nix::unistd::geteuid().is_root() {
-        println!("skipped: needs the system-profile privilege");
+        common::skip("needs the system-profile privilege (run as root)");
         return;
     }
     let programs = Programs::new("global");

@@ -235,6 +235,17 @@ pub fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// Whether this process is root; if not, the calling test is skipped (a failure in CI) for `why`, what it
+/// needs root for.
+#[allow(dead_code)] // Only the tests that need root ask.
+pub fn root_or_skip(why: &str) -> bool {
+    if is_root() {
+        return true;
+    }
+    skip(&format!("needs root: {why}"));
+    false
+}
+
 /// A command that runs ntprof: as nobody with no capabilities (through setpriv) when `unprivileged` and we are
 /// root, as we are otherwise.
 #[allow(dead_code)] // Only the tests that also run ntprof without privilege ask.
