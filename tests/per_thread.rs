@@ -321,14 +321,15 @@ fn faults_before_the_pause(line: &str) -> u64 {
 
 /// What the per-thread layout may lose of the churn: a thread's faults before its events open. Each thread
 /// sleeps [`CHURN_PAUSE_MS`] before faulting, so only the faults it took before its pause (`before`, its own
-/// count) and those of a thread whose events opened later than that are lost: allowed, a tenth of what the
-/// kernel took (ten times the worst measured). A layout that never opens a new thread's events loses all the
-/// threads' faults, 99 % of what the kernel took.
+/// count) and those of a thread whose events opened later than that are lost, which takes the reader kept from
+/// a processor for more than 20 ms: 0.03-1.2 % of what the kernel took at a load average of 20 on 2
+/// processors, 11.4 % once at 25 with two busy loops beside. Allowed: a quarter. A layout that never opens a
+/// new thread's events loses all the threads' faults but those of threads found by a scan: 87-92 % measured.
 fn check_churn_loss(lost: u64, before: u64, took: u64, seen: &str) {
-    let allowed = before + took / 10;
+    let allowed = before + took / 4;
     assert!(
         lost <= allowed,
-        "{lost} lost; at most {allowed}: the {before} faults before the threads' pauses and a tenth of the \
+        "{lost} lost; at most {allowed}: the {before} faults before the threads' pauses and a quarter of the \
          {took} the kernel took: {seen}"
     );
 }

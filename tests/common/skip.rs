@@ -39,7 +39,8 @@ pub fn skip(reason: &str) {
             .open(&file)
         {
             // One write per line (O_APPEND): lines of tests running at once do not mix.
-            let line = format!("{}\n", format!("{test}: {reason}").replace('\n', " "));
+            let mut line = format!("{test}: {reason}").replace('\n', " ");
+            line.push('\n');
             let _ = f.write_all(line.as_bytes());
         }
     }

@@ -295,11 +295,15 @@ pub fn parca(server: &mut Server, port: u16, selector: &str, period: i64) -> Rea
             let (Some(name), Some(value)) = (l["name"].as_str(), l["value"].as_str()) else {
                 continue;
             };
-            let values = labels.entry(name.to_string()).or_default();
-            if !values.iter().any(|v| v == value) {
-                values.push(value.to_string());
-            }
+            labels
+                .entry(name.to_string())
+                .or_default()
+                .push(value.to_string());
         }
+    }
+    for values in labels.values_mut() {
+        values.sort();
+        values.dedup();
     }
     stamps.sort();
     stamps.dedup();
