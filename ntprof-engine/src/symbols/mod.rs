@@ -39,7 +39,7 @@ pub(crate) mod dwarf;
 pub(crate) mod elf;
 pub(crate) mod fde;
 #[cfg(test)]
-pub(crate) mod hostile;
+mod hostile;
 pub(crate) mod kernel;
 pub(crate) mod plt;
 mod process;
