@@ -16,6 +16,8 @@ use object::{Object, ObjectSegment, ReadCache};
 
 use super::dwarf::{self, Context};
 use super::fde::FdeIndex;
+use super::gopclntab::GoTable;
+use super::minidebug;
 use super::plt;
 pub use super::symtab::debug_file_candidates;
 use super::symtab::{has_dwarf, hex, text_symbols};
@@ -53,6 +55,9 @@ pub struct ElfSymbolizer {
     /// Whose file the DWARF file may be (a debug file: root's, ntprof's user's or the object's owner's).
     dwarf_owners: Owners,
     debug_file: Option<PathBuf>,
+    /// A Go binary's own function table (`.gopclntab`): names, files, lines and inlined frames without
+    /// `.symtab` or DWARF.
+    go: Option<GoTable>,
     /// What could not be read, for the report's notes.
     problems: Vec<String>,
     lazy: Mutex<Lazy>,
@@ -80,6 +85,8 @@ impl ElfSymbolizer {
                 .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
         );
         let mut problems = Vec::new();
+        // A second descriptor of the same file for a Go table, read later as lookups need it.
+        let go_handle = handle.try_clone().ok();
         let cache = ReadCache::new(Budgeted::new(handle, len));
         let file = object::File::parse(&cache)
             .map_err(|e| format!("cannot parse {}: {e}", path.display()))?;
@@ -87,10 +94,21 @@ impl ElfSymbolizer {
             .segments()
             .map(|s| (s.file_range().0, s.address()))
             .collect();
+        let go = match go_handle.and_then(|h| GoTable::find(&file, h, len)) {
+            Some(Ok(table)) => Some(table),
+            Some(Err(e)) => {
+                problems.push(format!("{}: {e}", path.display()));
+                None
+            }
+            None => None,
+        };
         let build_id_bytes = file.build_id().ok().flatten().map(<[u8]>::to_vec);
         let build_id = build_id_bytes.as_deref().map(hex);
         let mut symbols = Vec::new();
         text_symbols(&file, &mut symbols);
+        if let Err(e) = minidebug::symbols(&file, &mut symbols) {
+            problems.push(format!("{}: {e}", path.display()));
+        }
         // The PLT stubs, `function@plt`: below any name a symbol table gives the same address.
         symbols.extend(plt::plt_symbols(&file).into_iter().map(|s| {
             let end = s.address + s.size;
@@ -161,6 +179,7 @@ impl ElfSymbolizer {
             dwarf_file,
             dwarf_owners,
             debug_file,
+            go,
             problems,
             lazy: Mutex::new(Lazy::default()),
         })
@@ -187,6 +206,7 @@ impl ElfSymbolizer {
             dwarf_file: None,
             dwarf_owners: Owners::Any,
             debug_file: None,
+            go: None,
             problems: Vec::new(),
             lazy: Mutex::new(lazy),
         })
@@ -225,8 +245,21 @@ impl ElfSymbolizer {
 
     /// The symbol containing file virtual address `addr`, demangled (the symbol table only, no DWARF).
     pub fn symbol(&self, addr: u64) -> Option<Symbol> {
-        let index = self.symbols.lookup_index(addr)?;
-        self.demangled(&mut self.lock(), index)
+        match self.symbols.lookup_index(addr) {
+            Some(index) => self.demangled(&mut self.lock(), index),
+            None => self.go_function(addr).map(|f| f.0),
+        }
+    }
+
+    /// The function of `addr` in the Go table, with the frames of `addr`.
+    fn go_function(&self, addr: u64) -> Option<(Symbol, Vec<Frame>)> {
+        let f = self.go.as_ref()?.lookup(addr)?;
+        let symbol = Symbol {
+            address: f.entry,
+            size: f.end - f.entry,
+            name: f.name,
+        };
+        Some((symbol, f.frames))
     }
 
     /// The `.eh_frame` function range `(start, end)` containing file virtual address `addr`: the function of an
@@ -247,7 +280,7 @@ impl ElfSymbolizer {
         if let Some(r) = lazy.resolved.get(&addr) {
             return r.clone();
         }
-        let symbol = self
+        let mut symbol = self
             .symbols
             .lookup_index(addr)
             .and_then(|i| self.demangled(&mut lazy, i));
@@ -281,6 +314,12 @@ impl ElfSymbolizer {
                     });
                 }
             }
+        }
+        if frames.is_empty()
+            && let Some((function, go_frames)) = self.go_function(addr)
+        {
+            frames = go_frames;
+            symbol.get_or_insert(function);
         }
         if let Some(last) = frames.last_mut() {
             last.inlined = false;
@@ -333,13 +372,19 @@ impl ElfSymbolizer {
         if let Some(l) = lazy.locations.get(&addr) {
             return l.clone();
         }
-        let found = self.dwarf(&mut lazy).and_then(|d| {
-            if !dwarf::can_look_up(addr) {
-                return None;
-            }
-            let loc = d.find_location(addr).ok()??;
-            Some((loc.file?.to_string(), loc.line?))
-        });
+        let found = self
+            .dwarf(&mut lazy)
+            .and_then(|d| {
+                if !dwarf::can_look_up(addr) {
+                    return None;
+                }
+                let loc = d.find_location(addr).ok()??;
+                Some((loc.file?.to_string(), loc.line?))
+            })
+            .or_else(|| {
+                let inner = self.go_function(addr)?.1.into_iter().next()?;
+                Some((inner.file?, inner.line?))
+            });
         lazy.locations.insert(addr, found.clone());
         found
     }

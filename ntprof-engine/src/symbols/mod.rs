@@ -38,9 +38,11 @@ use crate::report::Frame;
 pub(crate) mod dwarf;
 pub(crate) mod elf;
 pub(crate) mod fde;
+pub(crate) mod gopclntab;
 #[cfg(test)]
 mod hostile;
 pub(crate) mod kernel;
+pub(crate) mod minidebug;
 pub(crate) mod plt;
 mod process;
 pub(crate) mod symtab;
