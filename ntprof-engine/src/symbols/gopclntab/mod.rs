@@ -61,16 +61,6 @@ impl Version {
             _ => None,
         }
     }
-
-    /// The Go releases that write it, for notes and the module table.
-    pub fn releases(self) -> &'static str {
-        match self {
-            Version::V12 => "Go 1.2-1.15",
-            Version::V116 => "Go 1.16-1.17",
-            Version::V118 => "Go 1.18-1.19",
-            Version::V120 => "Go 1.20+",
-        }
-    }
 }
 
 /// A function found in the table, with the frames of one address in it.
@@ -286,13 +276,9 @@ impl GoTable {
     }
 
     /// The table's layout.
+    #[cfg(test)]
     pub fn version(&self) -> Version {
         self.version
-    }
-
-    /// How many functions it has.
-    pub fn functions(&self) -> u64 {
-        self.nfunc
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {

@@ -240,7 +240,7 @@ fn names_and_lines_equal_go_addr2line_in_every_layout() {
 }
 
 /// The table of a copy of `path` changed by `edit` (given the file and the table's file offset).
-fn edited_table(path: &Path, edit: impl Fn(&mut Vec<u8>, usize)) -> Result<GoTable, String> {
+fn edited_table(path: &Path, edit: impl FnOnce(&mut Vec<u8>, usize)) -> Result<GoTable, String> {
     let mut data = std::fs::read(path).unwrap();
     let base = {
         let file = object::File::parse(&*data).unwrap();
