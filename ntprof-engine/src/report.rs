@@ -12,8 +12,10 @@
 
 use serde::{Deserialize, Serialize};
 
+mod chain;
 mod offcpu;
 mod read;
+pub use chain::{FP_ENDED_FRAME, TRUNCATED_FRAME, is_stack_origin};
 pub use offcpu::{OffCpuKind, OffCpuProcess, OffCpuReport, OffCpuThread};
 pub use read::from_json;
 
@@ -280,6 +282,10 @@ pub struct StackReport {
     /// The walk ended before the process's first frame (the stack copy ran out, a return address was in no
     /// executable mapping, or the frame limit was reached): the outermost callers are unknown.
     pub truncated: bool,
+    /// A frame-pointer walk that ended at a function that is no thread's or program's entry (code built without
+    /// frame pointers cut the chain): the callers above it are unknown; every format marks it `[fp chain ended]`.
+    #[serde(default)]
+    pub fp_chain_ended: bool,
     /// Indexes into [`SourceReport::locations`]: the sampled location first, then its callers, outward.
     pub frames: Vec<u32>,
 }

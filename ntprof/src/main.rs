@@ -136,6 +136,7 @@ struct Recording<'a> {
     pid: Option<u32>,
     window: &'a windows::WindowArgs,
     output: &'a output::OutputArgs,
+    profile: &'a args::ProfileArgs,
     quiet: bool,
 }
 
@@ -146,6 +147,10 @@ fn recording(
     whole: impl FnOnce(&progress::Progress) -> Result<Outcome, Failure>,
     cut: impl FnOnce(record::Windows<'_>, &progress::Progress) -> Result<Outcome, Failure>,
 ) -> ExitCode {
+    match r.profile.check(r.output) {
+        Ok(notes) => notes.iter().for_each(|n| eprintln!("ntprof: note: {n}")),
+        Err(e) => return usage_error(&e),
+    }
     if r.window.every.is_none()
         && let Err(msg) =
             windows::folder(r.window, r.output, false).and_then(|_| output::check(r.output))
@@ -196,6 +201,7 @@ fn main() -> ExitCode {
                 pid: a.pid.first().copied(),
                 window: &a.window,
                 output: &a.output,
+                profile: &a.profile,
                 quiet: a.quiet,
             },
             |progress| record::record(&a.options(), progress),
@@ -208,6 +214,7 @@ fn main() -> ExitCode {
                 pid: a.pid.first().copied(),
                 window: &a.window,
                 output: &a.output,
+                profile: &a.profile,
                 quiet: a.quiet,
             },
             |progress| record::attach(&a.options(), progress),

@@ -20,17 +20,41 @@ pub struct ReportArgs {
 
 /// Read and check a JSON profile.
 pub fn load(file: &std::path::Path) -> Result<Report, String> {
-    let text = if file == std::path::Path::new("-") {
-        std::io::read_to_string(std::io::stdin())
-            .map_err(|e| format!("cannot read standard input: {e}"))?
+    let bytes = if file == std::path::Path::new("-") {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
+            .map_err(|e| format!("cannot read standard input: {e}"))?;
+        bytes
     } else {
-        std::fs::read_to_string(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?
+        std::fs::read(file).map_err(|e| format!("cannot read {}: {e}", file.display()))?
     };
-    report::from_json(&text, &file.display().to_string())
+    let name = file.display().to_string();
+    let text = String::from_utf8(bytes).map_err(|e| not_json(&name, e.as_bytes()))?;
+    report::from_json(&text, &name)
+}
+
+/// Why a file that is not text cannot be rendered, and what reads it.
+fn not_json(name: &str, bytes: &[u8]) -> String {
+    let what = if bytes.starts_with(&[0x1f, 0x8b]) {
+        "a gzip file (a pprof profile?)"
+    } else {
+        "binary data (a pprof profile?)"
+    };
+    format!(
+        "{name} is {what}, not a JSON profile: 'ntprof report' renders the JSON profiles that \
+         'record --json FILE' writes; 'ntprof diff' compares pprof profiles, and pprof's own tools render them"
+    )
 }
 
 /// Run `ntprof report`.
 pub fn run(args: &ReportArgs) -> Result<(), String> {
     let report = load(&args.file)?;
+    if args.output.call_tree && report.run.call_graph.is_none() {
+        return Err(format!(
+            "--call-tree draws the call stacks, and {} has none (recorded without -g or --call-graph): record \
+             again with -g or --call-graph dwarf",
+            args.file.display()
+        ));
+    }
     output::emit(&report, &args.output, output::Emit::default())
 }

@@ -95,6 +95,15 @@ pub fn build(
             };
             if tracker.call_graph.is_some() {
                 (r.stacks, r.locations) = callers.tables(counts);
+                let fp = tracker.call_graph == Some(crate::options::CallGraph::Fp);
+                let ended: Vec<bool> = r
+                    .stacks
+                    .iter()
+                    .map(|s| r.chain_end(s, fp) == Some(crate::report::FP_ENDED_FRAME))
+                    .collect();
+                for (stack, ended) in r.stacks.iter_mut().zip(ended) {
+                    stack.fp_chain_ended = ended;
+                }
             }
             r
         })

@@ -107,6 +107,7 @@ impl<'a> Callers<'a> {
                         .last()
                         .and_then(|&l| locations.get(l as usize))
                         .is_some_and(|l: &LocationReport| starts_process(&l.function)),
+                fp_chain_ended: false, // set once the source's locations are all known
                 frames,
             });
         }

@@ -237,6 +237,7 @@ pub fn report_with_stacks() -> Report {
         command: "demo".into(),
         samples,
         truncated,
+        fp_chain_ended: false,
         frames: frames.to_vec(),
     };
     s.stacks = vec![

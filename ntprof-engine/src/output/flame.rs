@@ -1,7 +1,8 @@
 //! The flame graph: SVG drawn by inferno from folded stacks.
 //!
 //! With call stacks (`-g`, `--call-graph`), each stack is drawn from its root: the process (under the processes
-//! that started it, when they were profiled too), `[truncated]` when the walk did not reach the first frame,
+//! that started it, when they were profiled too), `[truncated]` when the walk did not reach the first frame
+//! (`[fp chain ended]` when a frame-pointer chain ended at no thread's or program's entry),
 //! then the callers outermost first, each with its inlined functions expanded, down to the sampled function.
 //! Without call stacks a histogram of program counters has no callers; the hierarchy drawn instead is where the
 //! samples are: command → module → function → inlined functions (outermost first) → file:line. Either way, widths are
@@ -48,8 +49,8 @@ pub fn folded_stacks(report: &Report, source: &SourceReport) -> Vec<String> {
     let mut merged: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
     for stack in source.stacks.iter().filter(|s| s.samples > 0) {
         let mut frames = process_root(report, stack.process, &stack.command, source.is_off_cpu());
-        if stack.truncated {
-            frames.push("[truncated]".to_string());
+        if let Some(end) = source.chain_end(stack, report.fp_stacks()) {
+            frames.push(end.to_string());
         }
         for &l in stack.frames.iter().rev() {
             let Some(location) = source.locations.get(l as usize) else {
@@ -313,6 +314,55 @@ mod tests {
         let svg = String::from_utf8(render_source(&report, &report.sources[0]).unwrap()).unwrap();
         assert!(svg.contains("run_a (400 samples, 40.00%)"), "{svg}");
         assert!(svg.contains("run_b (480 samples, 48.00%)"));
+    }
+
+    #[test]
+    fn a_frame_pointer_chain_that_ended_early_is_marked_in_folded_stacks_and_the_svg() {
+        let mut report = fixture::report_with_stacks();
+        report.run.call_graph = Some("fp".into());
+        // The fixture's stacks end at main, which is no thread's or program's entry.
+        assert_eq!(
+            folded_stacks(&report, &report.sources[0])[..4],
+            [
+                "demo;[fp chain ended];main;run_a;hot_a;mix 400",
+                "demo;[fp chain ended];main;run_b;hot_b 280",
+                "demo;[fp chain ended];main;run_b;hot_a;mix 200",
+                "demo;[truncated];hot_b 20",
+            ]
+        );
+        let svg = String::from_utf8(render_source(&report, &report.sources[0]).unwrap()).unwrap();
+        assert!(svg.contains("[fp chain ended] (880 samples"), "{svg}");
+    }
+
+    #[test]
+    fn a_frame_pointer_stack_is_whole_only_when_it_reaches_an_entry() {
+        use crate::report::{FP_ENDED_FRAME, TRUNCATED_FRAME, is_stack_origin};
+        let mut report = fixture::report_with_stacks();
+        report.run.call_graph = Some("fp".into());
+        let source = &report.sources[0];
+        // The fixture's stacks end at `main`: no entry, so every whole one is marked, the cut one truncated.
+        for stack in &source.stacks {
+            let want = if stack.truncated {
+                TRUNCATED_FRAME
+            } else {
+                FP_ENDED_FRAME
+            };
+            assert_eq!(source.chain_end(stack, true), Some(want));
+            let dwarf = stack.truncated.then_some(TRUNCATED_FRAME);
+            assert_eq!(source.chain_end(stack, false), dwarf);
+        }
+        for f in [
+            "_start",
+            "__libc_start_call_main",
+            "start_thread",
+            "std_thread_start",
+            "entry_SYSCALL_64_after_hwframe",
+            "asm_sysvec_apic_timer_interrupt",
+            "ret_from_fork_asm",
+        ] {
+            assert!(is_stack_origin(f), "{f}");
+        }
+        assert!(!is_stack_origin("main") && !is_stack_origin("cmp"));
     }
 
     #[test]

@@ -105,6 +105,7 @@ pub fn record_kernel(
          the kernel's text and its modules, count as outside"
             .into(),
     );
+    run.notes.extend(super::rate::rate_notes(&session));
     let report = match &mut cutter {
         Some(c) => c.last(&mut session, run, Some(&kallsyms), &Vec::new()),
         None => super::finish_report(&session, run, Some(&kallsyms), &Vec::new()),

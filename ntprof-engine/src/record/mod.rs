@@ -23,6 +23,7 @@ mod kernel;
 mod launch;
 mod notes;
 mod precheck;
+mod rate;
 mod session;
 mod sideband;
 mod windows;
@@ -227,6 +228,7 @@ fn finish_report(
             ));
         }
     }
+    run.notes.extend(notes::offcpu_fp_note(&sources));
     let off_cpu = session
         .off_cpu
         .as_ref()

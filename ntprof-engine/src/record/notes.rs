@@ -46,6 +46,7 @@ pub fn user_notes(session: &Session, roots: usize) -> Vec<String> {
     if session.infos.len() > 1 {
         notes.push("each source is sampled and reported on its own".into());
     }
+    notes.extend(super::rate::rate_notes(session));
     notes
 }
 
@@ -97,7 +98,10 @@ fn explain(
         }
         let name = info.source.name();
         let what = if record { "the command" } else { "the process" };
-        out.push(format!("{name}: only {} samples.", counts.samples));
+        out.push(format!(
+            "{name}: only {}.",
+            count(counts.samples as usize, "sample", "samples")
+        ));
         let not_followed = t.processes.not_followed.len();
         if not_followed > 0 {
             out.push(format!(
@@ -214,4 +218,27 @@ pub fn hangup_ended(at: f64) -> String {
         "ntprof's terminal hung up (SIGHUP) {at:.1} s into the run, which ended there; the profile covers it up \
          to then"
     )
+}
+
+/// `--off-cpu` records frame-pointer stacks unless `--call-graph` says otherwise: say how much of the off-CPU
+/// time has a chain that ended early, and the fix (blocking calls are made from libc, built without them).
+pub fn offcpu_fp_note(sources: &[crate::report::SourceReport]) -> Option<String> {
+    let (ended, all) = sources
+        .iter()
+        .filter(|s| s.is_off_cpu())
+        .flat_map(|s| &s.stacks)
+        .fold((0u64, 0u64), |(e, a), st| {
+            (
+                e + u64::from(st.fp_chain_ended) * st.samples,
+                a + st.samples,
+            )
+        });
+    (ended > 0).then(|| {
+        format!(
+            "{:.1} % of the off-CPU time has a frame-pointer stack that ended early ([fp chain ended]): \
+             --off-cpu records frame-pointer stacks unless --call-graph is given, and libc and most \
+             distribution binaries are built without frame pointers; --off-cpu --call-graph dwarf walks them",
+            ended as f64 * 100.0 / all.max(1) as f64
+        )
+    })
 }

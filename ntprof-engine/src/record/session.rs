@@ -54,6 +54,9 @@ pub struct Session {
     line_pending: bool,
     /// The sources, in command-line order.
     pub infos: Vec<SourceInfo>,
+    /// The interval asked for each source (`-F`, `--interval`), `None` for its default: the notes say when the
+    /// kernel's limits changed it.
+    pub asked: Vec<Option<u32>>,
     /// The model of the run.
     pub tracker: Tracker,
     order: Order,
@@ -267,6 +270,7 @@ impl Session {
             samplers,
             sideband,
             line_pending: false,
+            asked: sources.iter().map(|&s| opts.interval_for(s)).collect(),
             infos,
             tracker,
             order: Order::default(),

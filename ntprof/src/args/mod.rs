@@ -95,10 +95,10 @@ Examples:
 /// The profiling options shared by `record` and `attach`.
 #[derive(Debug, Clone, Args)]
 pub struct ProfileArgs {
-    /// Profile sources, by name or value (see 'ntprof sources'); repeat it or give a comma list: each source
-    /// is reported on its own.
+    /// Profile sources, by name or value, or by perf's event name (-e cpu-clock, -e page-faults, -e cycles;
+    /// see 'ntprof sources'); repeat it or give a comma list: each source is reported on its own.
     #[arg(short = 's', long = "source", value_name = "SOURCE", value_delimiter = ',',
-          value_parser = parse_source_arg, default_value = "Timer")]
+          short_alias = 'e', alias = "event", value_parser = parse_source_arg, default_value = "Timer")]
     pub sources: Vec<ProfileSource>,
     /// The interval (NtSetIntervalProfile): 100 ns units for time sources (10000 = 1 ms), events between
     /// samples otherwise; clamped into each source's limits. N applies to every source; SOURCE=N to one
@@ -116,10 +116,10 @@ pub struct ProfileArgs {
     /// its first instruction (and an attach follows the descendants running at the attach too).
     #[arg(long)]
     pub no_inherit: bool,
-    /// Not available here (0 only): 'record' and 'attach' sample with a fixed period; the period jitter is the
-    /// library's, for NT profiles (NtSetJitter / ntprofile::set_jitter). A value above 0 is refused before
-    /// anything runs.
-    #[arg(long, value_name = "PERCENT", default_value_t = 0, hide_short_help = true,
+    /// Not available here (0 only), so left out of the help: 'record' and 'attach' sample with a fixed period;
+    /// the period jitter is the library's, for NT profiles (NtSetJitter / ntprofile::set_jitter). A value above
+    /// 0 is refused before anything runs, with that reason.
+    #[arg(long, value_name = "PERCENT", default_value_t = 0, hide = true,
           value_parser = clap::value_parser!(u32).range(0..=90))]
     pub jitter: u32,
     /// Sample time sources HZ times a second (perf's and samply's spelling): the interval 1/HZ s, i.e.
@@ -140,9 +140,9 @@ pub struct ProfileArgs {
     /// Also profile a raw address range START-END (hexadecimal, end exclusive); repeatable.
     #[arg(long = "range", value_name = "START-END", value_parser = parse_range)]
     pub ranges: Vec<AddrRange>,
-    /// No longer needed, accepted for old scripts: the kernel reports every mapping (libraries, dlopen, JIT
-    /// code) as it is made, so nothing is polled.
-    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=1000), hide_short_help = true)]
+    /// No longer needed, so left out of the help and accepted for old scripts with a note that it does nothing:
+    /// the kernel reports every mapping (libraries, dlopen, JIT code) as it is made, so nothing is polled.
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..=1000), hide = true)]
     pub poll_ms: Option<u64>,
     /// Record call stacks from frame pointers (the kernel walks them at each sample): the same as
     /// --call-graph fp. With --kernel: kernel stacks.
@@ -155,8 +155,10 @@ pub struct ProfileArgs {
     pub call_graph: Option<CallGraph>,
     /// Also record the time each thread spends off CPU (sleeping, blocked in I/O, on a lock, waiting for a
     /// child; preemptions apart), by the call stack it blocked at, in nanoseconds: the report's Off-CPU section,
-    /// and the off_cpu and preempted sources of every format. Implies -g unless --call-graph is given. Works
-    /// unprivileged on your own processes.
+    /// and the off_cpu and preempted sources of every format. Implies -g (frame pointers) unless --call-graph is
+    /// given: programs blocked in libc or built without frame pointers (most distribution binaries) then show
+    /// '[fp chain ended]' stacks, which --off-cpu --call-graph dwarf walks. Works unprivileged on your own
+    /// processes.
     #[arg(long = "off-cpu")]
     pub off_cpu: bool,
 }
@@ -254,24 +256,6 @@ pub fn parse_u64(s: &str) -> Option<u64> {
     }
 }
 
-/// A source by value (`0x13`, `19`), by its listed name (`Timer`, `task-clock`, case-insensitive), or by its
-/// NT name with or without the `Profile` prefix (`ProfileTime`, `TotalCycles`).
-pub fn parse_source(s: &str) -> Option<ProfileSource> {
-    if let Some(v) = parse_u64(s) {
-        return u32::try_from(v).ok().and_then(ProfileSource::from_raw);
-    }
-    let wanted = s.trim().to_ascii_lowercase();
-    let bare = wanted.strip_prefix("profile").unwrap_or(&wanted);
-    if bare == "time" {
-        return Some(ProfileSource::Time);
-    }
-    ProfileSource::ALL.iter().copied().find(|src| {
-        let name = src.name().to_ascii_lowercase();
-        let debug = format!("{src:?}").to_ascii_lowercase();
-        name == wanted || name == bare || debug == bare
-    })
-}
-
 fn parse_call_graph(s: &str) -> Result<CallGraph, String> {
     let (mode, size) = match s.split_once(',') {
         Some((m, size)) => (m, Some(size)),
@@ -313,11 +297,39 @@ impl ProfileArgs {
         o.expect = self.expect.clone();
         o.modules = self.modules.clone();
         o.ranges = self.ranges.clone();
-        o.poll_ms = self.poll_ms;
         o.call_stacks = self.call_stacks;
         o.call_graph = self.call_graph;
         o.off_cpu = self.off_cpu;
         o
+    }
+}
+
+impl ProfileArgs {
+    /// Whether the run records call stacks (`-g`, `--call-graph`, or `--off-cpu`, which implies `-g`).
+    pub fn has_stacks(&self) -> bool {
+        self.call_stacks || self.call_graph.is_some() || self.off_cpu
+    }
+
+    /// The checks clap cannot make, before anything runs: `--call-tree` needs call stacks. Returns the notes
+    /// to print on options that do nothing (`--poll-ms`).
+    pub fn check(&self, output: &OutputArgs) -> Result<Vec<String>, String> {
+        if output.call_tree && !self.has_stacks() {
+            return Err(
+                "--call-tree draws the call stacks, and this run records none: add -g (frame \
+                        pointers) or --call-graph dwarf"
+                    .into(),
+            );
+        }
+        Ok(self
+            .poll_ms
+            .map(|ms| {
+                format!(
+                    "--poll-ms {ms} does nothing and can be dropped: the kernel reports every mapping as it is \
+                     made, so nothing is polled"
+                )
+            })
+            .into_iter()
+            .collect())
     }
 }
 
@@ -373,11 +385,6 @@ fn parse_interval_arg(s: &str) -> Result<IntervalArg, String> {
         .parse::<u32>()
         .map_err(|_| format!("'{value}' is not an interval (a whole number, 0 ..= 4294967295)"))?;
     Ok(IntervalArg { source, value })
-}
-
-fn parse_source_arg(s: &str) -> Result<ProfileSource, String> {
-    parse_source(s)
-        .ok_or_else(|| format!("unknown source '{s}' (see 'ntprof sources' for the list)"))
 }
 
 fn parse_duration(s: &str) -> Result<f64, String> {
@@ -446,6 +453,11 @@ pub fn parse_range(s: &str) -> Result<AddrRange, String> {
     }
     Ok(AddrRange { start, end })
 }
+
+mod source;
+#[cfg(test)]
+use source::parse_source;
+use source::parse_source_arg;
 
 #[cfg(test)]
 mod tests;

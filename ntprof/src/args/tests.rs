@@ -161,3 +161,52 @@ fn help_describes_report_as_it_is_called() {
     };
     assert_eq!(r.file, std::path::Path::new("prof.json"));
 }
+
+#[test]
+fn perf_event_names_are_aliases_of_the_sources() {
+    // perf's spellings: the event a source samples ('ntprof sources' lists it), and perf's short names.
+    assert_eq!(parse_source("cpu-clock"), Some(ProfileSource::Time));
+    assert_eq!(parse_source("cycles"), Some(ProfileSource::TotalCycles));
+    assert_eq!(parse_source("cpu-cycles"), Some(ProfileSource::TotalCycles));
+    assert_eq!(
+        parse_source("instructions"),
+        Some(ProfileSource::TotalIssues)
+    );
+    assert_eq!(parse_source("faults"), Some(ProfileSource::PageFaults));
+    assert_eq!(parse_source("cs"), Some(ProfileSource::ContextSwitches));
+    // A listed name wins over another source's event of that name.
+    assert_eq!(
+        parse_source("alignment-faults"),
+        Some(ProfileSource::AlignmentFaults)
+    );
+    // -e and --event as perf spells them, on record, attach and top.
+    let r = record(&["-e", "cpu-clock", "-e", "page-faults", "--", "true"]);
+    assert_eq!(
+        r.profile.sources,
+        vec![ProfileSource::Time, ProfileSource::PageFaults]
+    );
+    assert_eq!(r.command, vec!["true"]);
+    let r = record(&["--event", "cycles", "--", "true"]);
+    assert_eq!(r.profile.sources, vec![ProfileSource::TotalCycles]);
+    let all = p(&["top", "-e", "faults", "--", "true"]).unwrap();
+    assert!(
+        matches!(all.command, Command::Top(t) if t.profile.sources == vec![ProfileSource::PageFaults])
+    );
+}
+
+#[test]
+fn top_help_wraps_whole_paragraphs() {
+    // clap wraps the text after the options at the terminal's width: a line broken by hand inside a paragraph
+    // then ends mid-sentence. Every line is a table row that fits 80 columns, or a paragraph of its own.
+    let text = crate::top::TOP_AFTER_HELP;
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, line) in lines.iter().enumerate() {
+        let alone =
+            (i == 0 || lines[i - 1].is_empty()) && lines.get(i + 1).is_none_or(|l| l.is_empty());
+        assert!(
+            line.chars().count() <= 80 || alone,
+            "broken mid-sentence at line {i}: {line:?}"
+        );
+    }
+    assert!(text.contains("drawn over by the next refresh"), "{text}");
+}

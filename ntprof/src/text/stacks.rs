@@ -21,35 +21,12 @@ const TREE_MIN_SHARE: f64 = 0.005;
 /// How many callers are listed per function.
 const CALLERS_SHOWN: usize = 8;
 /// The caller of a frame-pointer stack's outermost frame when that frame is no entry of a thread or program.
-const FP_ENDED: &str = "[fp chain ended]";
-
-/// Whether `function` is where a thread's or the program's stack begins: a frame-pointer chain that reaches it
-/// is complete.
-fn is_stack_origin(function: &str) -> bool {
-    const ORIGINS: &[&str] = &[
-        "_start",
-        "__libc_start_main",
-        "__libc_start_call_main",
-        "start_thread",
-        "clone",
-        "clone3",
-        "__clone",
-        "__clone3",
-        "__GI___clone3",
-    ];
-    ORIGINS.contains(&function) || function.ends_with("thread_start")
-}
+const FP_ENDED: &str = crate::report::FP_ENDED_FRAME;
 
 /// The label of a stack's outermost caller: `[truncated]`, `[fp chain ended]` or `[root]` (see the module's
-/// documentation); `outermost` is the stack's outermost function.
-fn outer_label(stack: &StackReport, fp: bool, outermost: Option<&str>) -> Option<&'static str> {
-    if stack.truncated {
-        Some("[truncated]")
-    } else if fp && !outermost.is_some_and(is_stack_origin) {
-        Some(FP_ENDED)
-    } else {
-        None
-    }
+/// documentation): the engine's one rule, as every format marks the stack.
+fn outer_label(source: &SourceReport, stack: &StackReport, fp: bool) -> Option<&'static str> {
+    source.chain_end(stack, fp)
 }
 
 /// The frames of a stack, outermost first, inlined functions expanded.
@@ -85,7 +62,7 @@ fn callers(source: &SourceReport, fp: bool) -> Callers<'_> {
             *c.inclusive.entry(f).or_insert(0) += stack.samples;
             let caller = match i.checked_sub(1) {
                 Some(j) => frames[j],
-                None => outer_label(stack, fp, Some(f)).unwrap_or("[root]"),
+                None => outer_label(source, stack, fp).unwrap_or("[root]"),
             };
             *c.callers.entry(f).or_default().entry(caller).or_insert(0) += stack.samples;
         }
@@ -111,7 +88,7 @@ pub fn render(report: &Report, top: usize, call_tree: bool) -> String {
 
 /// Whether the run's stacks are frame-pointer chains (`-g`, `--call-graph fp`).
 fn is_fp(report: &Report) -> bool {
-    report.run.call_graph.as_deref() == Some("fp")
+    report.fp_stacks()
 }
 
 fn called_from(out: &mut String, source: &SourceReport, top: usize, fp: bool) {
@@ -138,15 +115,15 @@ fn called_from(out: &mut String, source: &SourceReport, top: usize, fp: bool) {
     let ended: u64 = source
         .stacks
         .iter()
-        .filter(|s| outer_label(s, fp, expanded(source, s).first().copied()) == Some(FP_ENDED))
+        .filter(|s| outer_label(source, s, fp) == Some(FP_ENDED))
         .map(|s| s.samples)
         .sum();
     if ended > 0 {
         let _ = writeln!(
             out,
             "  ({} of the counted samples have a frame-pointer chain that ended at a function that is no \
-             thread's or program's entry, {FP_ENDED}: possibly cut by code built without frame pointers \
-             (libc); --call-graph dwarf walks such code)",
+             thread's or program's entry, {FP_ENDED}: likely code built without frame pointers (libc, \
+             distribution binaries) cut the chain: try --call-graph dwarf)",
             pct(ended as f64 / total.max(1) as f64)
         );
     }
@@ -216,7 +193,7 @@ fn tree(out: &mut String, report: &Report, source: &SourceReport) {
         let mut path: Vec<&str> = Vec::new();
         path.push(stack.command.as_str());
         let frames = expanded(source, stack);
-        if let Some(label) = outer_label(stack, is_fp(report), frames.first().copied()) {
+        if let Some(label) = outer_label(source, stack, is_fp(report)) {
             path.push(label);
         }
         path.extend(frames);

@@ -12,25 +12,29 @@ use crate::args::{Cli, ProfileArgs};
 /// The help after the options: keys, columns, examples.
 pub const TOP_AFTER_HELP: &str = "\
 Keys (on a terminal; the footer line lists them too):
-  q, Ctrl-C      quit: ends the run (a command is sent SIGTERM; q again: SIGKILL)
-  s              cycle the sort: share in the window, samples in the last refresh, function name
-  e, Tab         cycle the source among the run's sources (off_cpu and preempted with --off-cpu)
-  f, space       freeze / unfreeze the display (sampling goes on)
-  ?              help (any key returns)
+  q, Ctrl-C   quit: ends the run (a command gets SIGTERM; q again: SIGKILL)
+  s           cycle the sort: window share, last refresh's samples, name
+  e, Tab      cycle the source (off_cpu and preempted with --off-cpu)
+  f, space    freeze / unfreeze the display (sampling goes on)
+  ?           help (any key returns)
 
-Columns: SHARE (of the source's samples in the window, the outside included), SAMPLES (in the window; TIME off
-CPU for off_cpu and preempted), FUNCTION, MODULE, PROCESS (the command and pid with most of the function's
+Columns: SHARE (of the source's samples in the window, the outside included), SAMPLES (in the window; TIME off \
+CPU for off_cpu and preempted), FUNCTION, MODULE, PROCESS (the command and pid with most of the function's \
 samples, '+N' when N other processes have some, or 'N procs' when none has more than half).
 
-Without a terminal (stdout piped or redirected) one plain table is printed per refresh, with the refresh's start
-and end, and no key is read.
+Without a terminal (stdout piped or redirected) one plain table is printed per refresh, with the refresh's \
+start and end, and no key is read.
+
+The command shares the terminal: what it prints there is drawn over by the next refresh and lost. Redirect \
+its output to keep it: ntprof top -- sh -c './prog args > prog.log 2>&1'.
 
 Examples:
-  ntprof top -- ./prog args                 a command and every process it starts
-  ntprof top -p 1234                        a running process and its descendants
-  ntprof top --kernel                       the kernel, system-wide (needs CAP_PERFMON)
-  ntprof top --off-cpu -- ./server          with the off-CPU waits as sources (press e)
-  ntprof top --duration 10 -- ./prog > top.txt   ten seconds of plain tables";
+  ntprof top -- ./prog args         a command and every process it starts
+  ntprof top -p 1234                a running process and its descendants
+  ntprof top --kernel               the kernel, system-wide (needs CAP_PERFMON)
+  ntprof top --off-cpu -- ./server  with the off-CPU waits as sources (press e)
+  ntprof top --duration 10 -- ./prog > top.txt
+                                    ten seconds of plain tables";
 
 /// `ntprof top`.
 #[derive(Debug, Clone, Args)]

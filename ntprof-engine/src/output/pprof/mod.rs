@@ -16,7 +16,8 @@
 //! With call stacks (`-g`, `--call-graph`) a sample is one stack instead: one location per frame (the sampled
 //! address, then each caller at its return address − 1), leaf first, so that `pprof -top -cum`, `-peek`, `-tree`
 //! and `-traces` show callers and inclusive time. A stack whose walk was cut short ends in a `[truncated]`
-//! frame; each sample carries its process's `command` and `pid` as labels.
+//! frame, a frame-pointer chain that ended at no thread's or program's entry in `[fp chain ended]`; each sample
+//! carries its process's `command` and `pid` as labels.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -34,7 +35,7 @@ use crate::report::{Frame, ModuleReport, Report, SourceReport};
 pub const OUTSIDE: &str = "[outside profiled modules]";
 
 /// The root frame of a call stack whose walk was cut short.
-pub const TRUNCATED: &str = "[truncated]";
+pub const TRUNCATED: &str = crate::report::TRUNCATED_FRAME;
 
 /// Builds the string table, functions and locations with de-duplication.
 #[derive(Default)]
@@ -179,7 +180,8 @@ pub fn profile(report: &Report) -> Profile {
         if source.stacks.is_empty() {
             bucket_samples(&mut b, source, &mapping_of, columns, &mut samples);
         } else {
-            stack_samples(&mut b, source, &mapping_of, columns, &mut samples);
+            let fp = report.fp_stacks();
+            stack_samples(&mut b, source, &mapping_of, (columns, fp), &mut samples);
         }
         outside_samples(&mut b, report, source, columns, &mut samples);
     }
@@ -380,12 +382,12 @@ fn bucket_samples(
 }
 
 /// With call stacks: one sample per stack of `source`, one location per frame (leaf first), a stack whose walk
-/// was cut short ending in a `[truncated]` location.
+/// was cut short ending in a `[truncated]` location, a frame-pointer chain that ended early in `[fp chain ended]`.
 fn stack_samples(
     b: &mut Builder,
     source: &SourceReport,
     mapping_of: &HashMap<&str, u64>,
-    columns: Columns,
+    (columns, fp): (Columns, bool),
     samples: &mut Vec<Sample>,
 ) {
     let start_lines = start_lines(source);
@@ -400,10 +402,12 @@ fn stack_samples(
                 frame_lines(b, &start_lines, &loc.module, &loc.frames)
             }));
         }
-        if stack.truncated {
-            ids.push(b.location(0, 1, |b| {
+        if let Some(end) = source.chain_end(stack, fp) {
+            // One location per marker, outside every mapping: address 1 cut short, 2 a frame-pointer chain's end.
+            let address = if end == TRUNCATED { 1 } else { 2 };
+            ids.push(b.location(0, address, |b| {
                 vec![Line {
-                    function_id: b.function(TRUNCATED, None, None),
+                    function_id: b.function(end, None, None),
                     line: 0,
                 }]
             }));
@@ -466,15 +470,18 @@ fn comments(b: &mut Builder, report: &Report) -> Vec<i64> {
     let mut comment = vec![b.string(&format!("{} {what}", report.tool))];
     for source in &report.sources {
         let s = source.stats;
+        // An off-CPU source counts nanoseconds off CPU, not samples: say so, as the text report does.
+        let (what, ns) = if source.is_off_cpu() {
+            ("nanoseconds off CPU, each switch measured".into(), " ns")
+        } else {
+            (
+                format!("interval {} {}", source.interval, source.interval_unit),
+                "",
+            )
+        };
         comment.push(b.string(&format!(
-            "{}: interval {} {}, counted {}, outside {}, lost {}, throttled {}",
-            source.name,
-            source.interval,
-            source.interval_unit,
-            s.counted,
-            s.outside,
-            s.lost,
-            s.throttled
+            "{}: {what}, counted {}{ns}, outside {}{ns}, lost {}, throttled {}",
+            source.name, s.counted, s.outside, s.lost, s.throttled
         )));
     }
     comment

@@ -203,3 +203,49 @@ fn call_stacks_are_one_location_per_frame_leaf_first_with_truncation_marked() {
         .collect();
     assert_eq!(hot_a[0], hot_a[1]);
 }
+
+#[test]
+fn an_off_cpu_sources_comment_counts_nanoseconds_and_stacks_mark_an_ended_fp_chain() {
+    let mut report = fixture::report_with_stacks();
+    report.run.call_graph = Some("fp".into());
+    let mut off = report.sources[0].clone();
+    off.name = "off_cpu".into();
+    off.interval_unit = crate::report::OFF_CPU_UNIT.into();
+    off.stats.counted = 1_189_664_249;
+    report.sources.push(off);
+    let p = decode(&render(&report).unwrap());
+    let comments: Vec<&str> = p
+        .comment
+        .iter()
+        .map(|&i| p.string_table[i as usize].as_str())
+        .collect();
+    let off = comments.iter().find(|c| c.starts_with("off_cpu:")).unwrap();
+    assert!(
+        off.contains("nanoseconds off CPU") && off.contains("counted 1189664249 ns"),
+        "{off}"
+    );
+    let timer = comments.iter().find(|c| c.starts_with("Timer:")).unwrap();
+    assert!(
+        timer.contains("interval ") && !timer.contains(" ns,"),
+        "{timer}"
+    );
+    // The fixture's stacks end at main, no entry: with frame pointers each whole one ends in the marker.
+    let ended = p
+        .function
+        .iter()
+        .find(|f| p.string_table[f.name as usize] == crate::report::FP_ENDED_FRAME)
+        .expect("an [fp chain ended] function");
+    let marked = p
+        .sample
+        .iter()
+        .filter(|s| {
+            let root = p
+                .location
+                .iter()
+                .find(|l| Some(&l.id) == s.location_id.last());
+            root.is_some_and(|l| l.line.iter().any(|l| l.function_id == ended.id))
+        })
+        .count();
+    // Three whole stacks per source (the fourth is truncated), two sources.
+    assert_eq!(marked, 6);
+}
