@@ -289,7 +289,12 @@ fn an_ended_fp_chain_is_marked_in_every_format() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let text = std::fs::read_to_string(&text).unwrap();
     assert!(text.contains("[fp chain ended]"), "{text}");
-    assert_eq!(text.matches("try --call-graph dwarf").count(), 1, "{text}");
+    assert_eq!(
+        text.matches("cut the chain: try --call-graph dwarf")
+            .count(),
+        1,
+        "{text}"
+    );
 }
 
 /// `report` reads JSON: a pprof profile gets an error that says so and what reads it, not a UTF-8 complaint.
