@@ -51,9 +51,14 @@ def main():
         p, cpu, m = run(args)
         rows["base"].append(dict(wall=float(m[2]), wcpu=float(m[3]), rec=0.0, switches=2 * ROUNDS_N))
         for key, prefix in [("ntprof-root", []), ("ntprof-user", NOBODY)]:
-            p, cpu, m = run(prefix + [local, "record", "-q", "--off-cpu", "-g", "--format", "json", "--"] + args)
+            # A machine format goes to a file (-o): written as a temporary file in the folder, then renamed,
+            # so the folder must let nobody write too.
+            out_json = os.path.join(tmp, key + ".json")
+            p, cpu, m = run(prefix + [local, "record", "-q", "--off-cpu", "-g", "--format", "json", "-o", out_json,
+                                      "--"] + args)
             assert p.returncode == 0, p.stderr
-            rep = json.loads(p.stdout)
+            with open(out_json) as f:
+                rep = json.load(f)
             off = rep["off_cpu"]
             rows[key].append(dict(wall=float(m[2]), wcpu=float(m[3]), rec=cpu - float(m[3]),
                                   own=rep["run"]["recorder_cpu_ms"] / 1e3, switches=off["switches"],

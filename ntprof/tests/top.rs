@@ -148,14 +148,15 @@ fn position(rows: &[Row], f: &str) -> Option<usize> {
     rows.iter().position(|r| r.function == f)
 }
 
-/// Samples of the two designed functions a table must hold before its split is judged: at 2,500 samples a
-/// share's binomial sigma is sqrt(0.75 * 0.25 / 2500) = 0.87 points, so the designed 75 % and the nearest wrong
-/// split, 2 : 1 (66.7 %), are 9.6 sigma apart.
-const SPLIT_SAMPLES: u64 = 2500;
+/// Samples of the two designed functions a table must hold before its split is judged: at 1,000 samples a
+/// share's binomial sigma is sqrt(0.75 * 0.25 / 1000) = 1.37 points, so the accepted band (four sigma, 5.5
+/// points) stops short of the nearest wrong split, 2 : 1 (66.7 %, 8.3 points away, six sigma). A table of
+/// fewer samples could pass a wrong split, so check_ratio refuses it rather than judge it.
+const SPLIT_SAMPLES: u64 = 1000;
 
 /// burn_three's part of the two designed functions is 3/4 within sampling noise: four binomial standard
-/// deviations of a share of that many samples (3.5 points at 2,500 samples; a 2 : 1 split lies 5.6 sigma
-/// beyond). No allowance for load: the program splits its own CPU time 3 : 1, which a busy machine slows but
+/// deviations of a share of that many samples (5.5 points at 1,000 samples, 3.5 at 2,500; a 2 : 1 split lies
+/// at least six sigma from 75 %). No allowance for load: the program splits its own CPU time 3 : 1, which a busy machine slows but
 /// does not shift, and the samples are taken per millisecond of that CPU time.
 fn check_ratio(rows: &[Row], what: &str) {
     let (a, b) = (samples(rows, "burn_three"), samples(rows, "burn_one"));
@@ -347,7 +348,7 @@ fn a_command_that_ignores_sigterm_is_killed_by_a_second_q() {
 fn without_a_terminal_a_plain_table_per_refresh() {
     let out = common::run_ok(
         Command::new(NTPROF)
-            .args(["top", "--duration", "3", "--refresh", "1", "--"])
+            .args(["top", "--duration", "4", "--refresh", "1", "--"])
             .arg(work()),
         Duration::from_secs(120),
     );
@@ -385,11 +386,12 @@ fn a_pid_and_its_tree_live_and_ctrl_c_leaves_them_running() {
         .spawn()
         .expect("start the tree");
     let root = tree.id();
-    let script = format!("'{NTPROF}' top -p {root}; echo ntprof-exit=$?; exec sleep 3600");
+    let script =
+        format!("'{NTPROF}' top --window 60 -p {root}; echo ntprof-exit=$?; exec sleep 3600");
     let t = Tmux::start("pid", &script);
-    let s = t.wait("the child's designed functions with 300 samples", |s| {
+    let s = t.wait("the child's designed functions with enough samples", |s| {
         let r = rows(s);
-        samples(&r, "burn_three") + samples(&r, "burn_one") >= 300
+        samples(&r, "burn_three") + samples(&r, "burn_one") >= SPLIT_SAMPLES
     });
     eprintln!("attached:\n{s}");
     assert!(s.contains(&format!("pid {root} and descendants")), "{s}");

@@ -248,7 +248,8 @@ impl Runner<'_> {
             Some(Sampler::NtprofRecord) => {
                 let ntprof = self.cfg.ntprof.as_ref().ok_or("no ntprof binary")?;
                 let before = children_cpu_ns();
-                // Its report follows the program's output on stdout; ProfileTime's interval is in 100 ns units.
+                // The program's output is on stdout; the report, written to no terminal, on stderr. ProfileTime's
+                // interval is in 100 ns units.
                 let out = output(
                     Command::new(ntprof)
                         .args(["record", "-q", "-i"])
@@ -264,7 +265,7 @@ impl Runner<'_> {
                     .find(|l| l.starts_with("work_ns="))
                     .ok_or("no workload line in ntprof's output")?;
                 let mut r = parse_workload(line)?;
-                let (hot, total, lost) = parse_ntprof(&text)?;
+                let (hot, total, lost) = parse_ntprof(&String::from_utf8_lossy(&out.stderr))?;
                 r.hot = hot;
                 r.samples = Some(total);
                 r.lost = Some(lost);
