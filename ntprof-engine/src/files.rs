@@ -6,12 +6,16 @@
 //! directory), and read up to a cap of its kind. A file read on behalf of a process (its jitdump and perf map)
 //! must belong to root, to the user ntprof runs as, or to the process's own user; a debug file must belong to
 //! root or to the owner of the object it describes. The rule is documented in docs/ntprof.md, section "Files
-//! ntprof reads".
+//! ntprof reads". A process in a container has its files opened in its own root ([`Root`]), and its root
+//! user is the host user its user namespace maps uid 0 to.
 
 use std::fs::File;
 use std::io::{BufRead, Read};
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
+
+mod root;
+pub use root::{Root, Roots};
 
 /// The most of a jitdump that is read (its code bytes are skipped, not kept).
 pub const JITDUMP_CAP: u64 = 1 << 30;
@@ -35,11 +39,12 @@ pub enum Owners {
 }
 
 impl Owners {
-    /// The users a process runs as (real and effective user id, from `/proc/PID/status`); only root and
-    /// ntprof's own user when the process is gone.
+    /// The users a process runs as (real and effective user id, from `/proc/PID/status`) and, for a process
+    /// in a user namespace of its own (a rootless container), the host user its namespace's root is (from
+    /// `/proc/PID/uid_map`); only root and ntprof's own user when the process is gone.
     pub fn of_process(pid: u32) -> Owners {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let uids = status
+        let mut uids: Vec<u32> = status
             .lines()
             .find_map(|l| l.strip_prefix("Uid:"))
             .map(|l| {
@@ -49,6 +54,11 @@ impl Owners {
                     .collect()
             })
             .unwrap_or_default();
+        let map = std::fs::read_to_string(format!("/proc/{pid}/uid_map")).unwrap_or_default();
+        // (Root's own files are trusted anyway: uid 0 of the host's namespace adds nothing.)
+        if let Some(root) = namespace_root(&map).filter(|u| *u != 0 && !uids.contains(u)) {
+            uids.push(root);
+        }
         Owners::Of(uids)
     }
 
@@ -76,14 +86,34 @@ impl Owners {
     }
 }
 
+/// The host user that uid 0 of a user namespace is, from its `uid_map` (`INSIDE OUTSIDE COUNT` lines, as
+/// the host reads them); `None` when no line maps uid 0.
+fn namespace_root(uid_map: &str) -> Option<u32> {
+    uid_map.lines().find_map(|l| {
+        let mut f = l.split_whitespace().map(|n| n.parse::<u32>().ok());
+        match (f.next()??, f.next()??, f.next()??) {
+            (0, outside, count) if count > 0 => Some(outside),
+            _ => None,
+        }
+    })
+}
+
 /// Open `path` for reading without blocking, and check that it is a regular file owned as `owners` allow;
 /// the file and its size.
 pub fn open(path: &Path, owners: &Owners) -> Result<(File, u64), String> {
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+    open_in(&Root::Host, path, owners)
+}
+
+/// [`open`] with `path` resolved in `root` (a container's paths inside the container).
+pub fn open_in(root: &Root, path: &Path, owners: &Owners) -> Result<(File, u64), String> {
+    let file = root
         .open(path)
         .map_err(|e| format!("cannot open it: {e}"))?;
+    checked(file, owners)
+}
+
+/// `file` if it is a regular file owned as `owners` allow, with its size.
+pub fn checked(file: File, owners: &Owners) -> Result<(File, u64), String> {
     let meta = file
         .metadata()
         .map_err(|e| format!("cannot stat it: {e}"))?;
@@ -157,7 +187,12 @@ impl std::io::Seek for Budgeted {
 
 /// The whole of a small file (at most `cap` bytes; a longer one is an error, not a prefix).
 pub fn read(path: &Path, owners: &Owners, cap: u64) -> Result<Vec<u8>, String> {
-    let (file, len) = open(path, owners)?;
+    read_in(&Root::Host, path, owners, cap)
+}
+
+/// [`read`] with `path` resolved in `root`.
+pub fn read_in(root: &Root, path: &Path, owners: &Owners, cap: u64) -> Result<Vec<u8>, String> {
+    let (file, len) = open_in(root, path, owners)?;
     if len > cap {
         return Err(format!(
             "not read: it has {len} bytes, more than the {cap} ntprof reads"
@@ -227,5 +262,16 @@ mod tests {
         let e = read(Path::new("/dev/zero"), &Owners::Any, 1 << 20).unwrap_err();
         assert!(e.contains("character device"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_user_namespace_root_is_its_mapped_host_user() {
+        assert_eq!(
+            namespace_root("         0          0 4294967295\n"),
+            Some(0)
+        );
+        assert_eq!(namespace_root("1000 1000 1\n0 100000 1000\n"), Some(100000));
+        assert_eq!(namespace_root("1 100000 65536\n"), None);
+        assert_eq!(namespace_root(""), None);
     }
 }

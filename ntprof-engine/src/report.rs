@@ -52,6 +52,9 @@ pub struct ProcessReport {
     pub id: u32,
     /// Its pid.
     pub pid: u32,
+    /// Its pid inside its own pid namespace (a container's), when that differs from `pid`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ns_pid: Option<u32>,
     /// Its parent's pid (0 when unknown).
     pub ppid: u32,
     /// The `id` of its parent when the parent was profiled too.

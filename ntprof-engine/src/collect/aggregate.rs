@@ -176,7 +176,7 @@ pub fn tables<'a>(input: &'a Inputs<'a>, counts: &SourceCounts) -> Tables {
             })
             .collect(),
         functions: function_rows(sums.functions, total),
-        lines: line_rows(sums.lines, total),
+        lines: line_rows(input, sums.lines, total),
         buckets,
     }
 }
@@ -260,14 +260,27 @@ fn function_rows(map: HashMap<(&str, &str, &str), FnAcc>, total: u64) -> Vec<Fun
 
 type LineKey<'a> = (&'a str, &'a str, &'a str, &'a str, u32);
 
-fn line_rows(map: HashMap<LineKey<'_>, u64>, total: u64) -> Vec<LineReport> {
+fn line_rows(input: &Inputs<'_>, map: HashMap<LineKey<'_>, u64>, total: u64) -> Vec<LineReport> {
     let mut texts = super::lines::SourceTexts::default();
+    // Each module's sources are read in the root of the process that mapped it.
+    let host = crate::files::Root::Host;
+    let roots: HashMap<&str, &crate::files::Root> = input
+        .tracker
+        .modules
+        .list
+        .iter()
+        .zip(&input.symbols.placed)
+        .filter_map(|(m, placed)| match &m.object {
+            Some(Ok(o)) => Some((placed.name.as_str(), &o.root)),
+            _ => None,
+        })
+        .collect();
     let mut rows: Vec<LineReport> = map
         .into_iter()
         .map(
             |((command, module, function, file, line), samples)| LineReport {
                 command: command.to_string(),
-                text: texts.line(file, line),
+                text: texts.line(roots.get(module).copied().unwrap_or(&host), file, line),
                 module: module.to_string(),
                 function: function.to_string(),
                 file: file.to_string(),

@@ -1,7 +1,8 @@
 //! The opened objects of a run kept from one report to the next: a run cut into windows (`--every`) builds a
 //! report per window, and each would otherwise read every symbol table and DWARF again. An object is opened
 //! again only when the file at its path changed (another device, inode, size or modification time: a build
-//! replaced it), so a window never names code with a stale table.
+//! replaced it), so a window never names code with a stale table. A mapped object is the very file its
+//! process mapped ([`ObjectFile`], held open and checked): it is opened once.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -9,6 +10,40 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use crate::symbols::ElfSymbolizer;
+use crate::tree::mapped::ObjectFile;
+
+/// An object to open: a path on the host, or the checked file of a mapping.
+#[derive(Clone, Copy, Debug)]
+pub enum ToOpen<'a> {
+    /// A path on the host.
+    Path(&'a str),
+    /// The file a process mapped.
+    Object(&'a Arc<ObjectFile>),
+}
+
+impl ToOpen<'_> {
+    /// The key of its symbolizer.
+    pub fn key(&self) -> String {
+        match self {
+            ToOpen::Path(p) => p.to_string(),
+            ToOpen::Object(o) => o.key(),
+        }
+    }
+
+    fn identity(&self) -> Option<Identity> {
+        match self {
+            ToOpen::Path(p) => identity(p),
+            ToOpen::Object(o) => Some((o.id.0, o.id.1, 0, 0)),
+        }
+    }
+
+    fn open(&self) -> Opened {
+        match self {
+            ToOpen::Path(p) => ElfSymbolizer::open(Path::new(p)).map(Arc::new),
+            ToOpen::Object(o) => ElfSymbolizer::open_object(o).map(Arc::new),
+        }
+    }
+}
 
 /// What tells one file at a path from another: device, inode, size, modification time (ns).
 type Identity = (u64, u64, u64, i128);
@@ -35,10 +70,12 @@ fn identity(path: &str) -> Option<Identity> {
 }
 
 impl SymbolCache {
-    /// The objects at `paths`, each opened once while its file stays the same (in parallel: loading DWARF is
-    /// most of the cost).
-    pub fn open_all(&self, paths: &[&str]) -> Vec<(String, Opened)> {
-        let ids: Vec<Option<Identity>> = paths.iter().map(|p| identity(p)).collect();
+    /// The objects `paths`, each opened once while its file stays the same (in parallel: loading DWARF is
+    /// most of the cost), by key.
+    pub fn open_all(&self, targets: &[ToOpen<'_>]) -> Vec<(String, Opened)> {
+        let keys: Vec<String> = targets.iter().map(ToOpen::key).collect();
+        let paths: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let ids: Vec<Option<Identity>> = targets.iter().map(ToOpen::identity).collect();
         let mut found: Vec<Option<Opened>> = {
             let objects = self.lock();
             paths
@@ -55,8 +92,8 @@ impl SymbolCache {
             let handles: Vec<_> = missing
                 .iter()
                 .map(|&i| {
-                    let p = paths[i];
-                    scope.spawn(move || (i, ElfSymbolizer::open(Path::new(p)).map(Arc::new)))
+                    let t = targets[i];
+                    scope.spawn(move || (i, t.open()))
                 })
                 .collect();
             handles.into_iter().filter_map(|h| h.join().ok()).collect()

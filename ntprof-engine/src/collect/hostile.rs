@@ -31,6 +31,7 @@ fn an_object_with_a_corrupt_section_table_is_named_with_a_note() {
         first: (0x40_0000, 0x40_1000, 0),
         mapped_ns: 0,
         wanted: true,
+        object: None,
     }];
     let jit = JitState::default();
     let s = Symbolizers::open(&modules, &[true], None, &jit, &Default::default());

@@ -179,6 +179,7 @@ fn process_table(t: &Tracker, endings: &Endings) -> Vec<ProcessReport> {
             ProcessReport {
                 id: i,
                 pid: p.pid,
+                ns_pid: t.places.get(&i).and_then(|place| place.ns_pid),
                 ppid: p.ppid,
                 parent: p.parent,
                 command: t.processes.comm(i).to_string(),

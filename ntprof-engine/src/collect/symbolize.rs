@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use super::cache::SymbolCache;
+use super::cache::{SymbolCache, ToOpen};
 
 use crate::report::Frame;
 use crate::symbols::{ElfSymbolizer, Kallsyms, Mapping, vdso};
@@ -18,6 +18,30 @@ use crate::tree::space::{Module, ModuleKind};
 
 /// What DWARF calls a frame it cannot name.
 const UNKNOWN: &str = "[unknown]";
+
+/// Files at one path in different roots (the host's libc and a container's) are different modules: each one
+/// not in the host's root (or, without one there, in the first root seen) is named `NAME [root of pid N]`, N
+/// the process it was first opened for, so that no row of the report mixes them.
+fn apart_by_root(modules: &[Module], placed: &mut [Placed]) {
+    let mut first: HashMap<(String, String), i32> = HashMap::new();
+    for m in modules {
+        if let Some(Ok(o)) = &m.object {
+            let root = o.root.key();
+            let key = (m.name.clone(), m.path.clone());
+            let seen = first.entry(key).or_insert(root);
+            if root == -1 {
+                *seen = -1;
+            }
+        }
+    }
+    for (m, p) in modules.iter().zip(placed) {
+        if let Some(Ok(o)) = &m.object
+            && first.get(&(m.name.clone(), m.path.clone())) != Some(&o.root.key())
+        {
+            p.name = format!("{} [root of pid {}]", p.name, o.pid);
+        }
+    }
+}
 
 /// `module+0xOFFSET`.
 pub fn module_offset_name(module: &str, offset: u64) -> String {
@@ -83,16 +107,24 @@ impl<'a> Symbolizers<'a> {
         jit: &'a JitState,
         cache: &SymbolCache,
     ) -> Self {
-        let mut paths: Vec<&str> = modules
+        let mut unopened = Vec::new();
+        let mut targets: Vec<ToOpen<'_>> = Vec::new();
+        for (m, _) in modules
             .iter()
             .zip(used)
             .filter(|(m, u)| **u && m.kind == ModuleKind::File)
-            .map(|(m, _)| m.path.as_str())
-            .collect();
-        paths.sort_unstable();
-        paths.dedup();
-        let opened = cache.open_all(&paths);
-        let mut unopened = Vec::new();
+        {
+            match &m.object {
+                Some(Ok(o)) => targets.push(ToOpen::Object(o)),
+                Some(Err(e)) => unopened.push(e.clone()),
+                None => targets.push(ToOpen::Path(&m.path)),
+            }
+        }
+        targets.sort_unstable_by_key(ToOpen::key);
+        targets.dedup_by_key(|t| t.key());
+        unopened.sort_unstable();
+        unopened.dedup();
+        let opened = cache.open_all(&targets);
         let mut elf = HashMap::new();
         for (path, r) in opened {
             if let Err(e) = &r {
@@ -105,9 +137,10 @@ impl<'a> Symbolizers<'a> {
             if let ModuleKind::Anon { pid } = m.kind
                 && jit.perf_map(pid).is_none()
             {
-                perf_maps
-                    .entry(pid)
-                    .or_insert_with(|| PerfMap::load(pid).and_then(Result::ok));
+                perf_maps.entry(pid).or_insert_with(|| {
+                    let place = jit.places.get(&pid).cloned().unwrap_or_default();
+                    PerfMap::load(pid, &place).and_then(Result::ok)
+                });
             }
         }
         let vdso = modules
@@ -126,6 +159,7 @@ impl<'a> Symbolizers<'a> {
             placed: Vec::new(),
         };
         s.placed = modules.iter().map(|m| s.place(m)).collect();
+        apart_by_root(modules, &mut s.placed);
         s
     }
 
@@ -137,16 +171,15 @@ impl<'a> Symbolizers<'a> {
             .iter()
             .map(|e| format!("no names for the code of an object, shown as module+0x…: {e}"))
             .collect();
-        let mut paths: Vec<&String> = self.elf.keys().collect();
-        paths.sort();
-        for p in paths {
-            if let Some(Some(elf)) = self.elf.get(p) {
-                notes.extend(
-                    elf.problems()
-                        .into_iter()
-                        .map(|e| format!("names in {p} may be incomplete: {e}")),
-                );
-            }
+        let mut elfs: Vec<&ElfSymbolizer> = self.elf.values().flatten().map(|e| &**e).collect();
+        elfs.sort_by_key(|e| e.path());
+        for elf in elfs {
+            let p = elf.path().display();
+            notes.extend(
+                elf.problems()
+                    .into_iter()
+                    .map(|e| format!("names in {p} may be incomplete: {e}")),
+            );
         }
         notes
     }
@@ -159,12 +192,22 @@ impl<'a> Symbolizers<'a> {
         }
     }
 
+    /// The symbolizer of a mapped file's module: its checked object's (none when it was refused).
+    fn elf_of(&self, m: &Module) -> Option<&ElfSymbolizer> {
+        let key = match &m.object {
+            Some(Ok(o)) => ToOpen::Object(o).key(),
+            Some(Err(_)) => return None,
+            None => m.path.clone(),
+        };
+        self.elf.get(&key).and_then(Option::as_deref)
+    }
+
     fn place(&self, m: &Module) -> Placed {
         let (start, end, pgoff) = m.first;
         let (mut name, mut path) = (m.name.clone(), m.path.clone());
         let (bias, build_id) = match &m.kind {
             ModuleKind::File => {
-                let elf = self.elf.get(&m.path).and_then(Option::as_deref);
+                let elf = self.elf_of(m);
                 let mapping = Mapping {
                     start,
                     end,
@@ -198,7 +241,8 @@ impl<'a> Symbolizers<'a> {
                     path = dump.to_string();
                 } else if self.perf_map(*pid).is_some() {
                     name = jit::jit_module_name(*pid);
-                    path = jit::map_path(*pid);
+                    let place = self.jit.places.get(pid).cloned().unwrap_or_default();
+                    path = jit::place_path(*pid, &place);
                 }
                 (0, None)
             }
@@ -250,7 +294,7 @@ impl<'a> Symbolizers<'a> {
         };
         match &m.kind {
             ModuleKind::File => {
-                if let Some(Some(elf)) = self.elf.get(&m.path) {
+                if let Some(elf) = self.elf_of(m) {
                     Self::elf_frames(elf, &placed.name, placed.bias, object, &mut located);
                 }
             }

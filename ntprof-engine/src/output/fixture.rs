@@ -138,6 +138,7 @@ pub fn report() -> Report {
         processes: vec![ProcessReport {
             id: 0,
             pid: 4242,
+            ns_pid: None,
             ppid: 4000,
             parent: None,
             command: "demo".into(),

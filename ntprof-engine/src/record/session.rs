@@ -354,7 +354,15 @@ impl Session {
                             changed = true;
                         }
                     }
-                    SampleRecord::Fork { pid, ppid, .. } if pid != ppid => changed = true,
+                    SampleRecord::Fork { pid, ppid, .. } if pid != ppid => {
+                        tracker.forked_read(pid);
+                        changed = true
+                    }
+                    SampleRecord::Mmap(ref m) => {
+                        let dev = crate::tree::mapped::device(m.maj, m.min);
+                        let range = (m.addr, m.addr.wrapping_add(m.len));
+                        tracker.mmap_read(m.pid, range, m.filename, (dev, m.ino));
+                    }
                     _ => {}
                 }
                 order.push(i as u8, r)

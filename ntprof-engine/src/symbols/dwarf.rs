@@ -18,7 +18,7 @@ use std::sync::Arc;
 use addr2line::gimli::{self, EndianArcSlice, RunTimeEndian, SectionId};
 use object::{Object, ObjectSection, ReadCache, ReadRef};
 
-use crate::files::{self, Owners};
+use crate::files::{self, Owners, Root};
 
 /// The deepest nesting of debugging entries accepted (real programs stay under a few dozen levels; each
 /// level costs addr2line a stack frame).
@@ -37,11 +37,12 @@ pub fn can_look_up(addr: u64) -> bool {
 }
 
 /// Read the DWARF of the object at `path` (a regular file owned as `owners` allow, at most
-/// [`files::OBJECT_CAP`] bytes) and check it; why not when it cannot be used.
-pub fn load(path: &Path, owners: &Owners) -> Result<Context, String> {
-    let (mut dwarf, alt) = sections(path, owners)?;
+/// [`files::OBJECT_CAP`] bytes) and check it; why not when it cannot be used. `path` and its supplementary
+/// file are resolved in `root` (a container's paths in the container).
+pub fn load_in(root: &Root, path: &Path, owners: &Owners) -> Result<Context, String> {
+    let (mut dwarf, alt) = sections(root, path, owners)?;
     if let Some(name) = alt
-        && let Ok((sup, _)) = sections(&sup_path(path, &name), owners)
+        && let Ok((sup, _)) = sections(root, &sup_path(path, &name), owners)
     {
         dwarf.set_sup(sup);
     }
@@ -56,10 +57,11 @@ pub fn context(dwarf: gimli::Dwarf<Reader>) -> Result<Context, String> {
 
 /// The debug sections of the file at `path`, and the file name its `.gnu_debugaltlink` gives.
 fn sections(
+    root: &Root,
     path: &Path,
     owners: &Owners,
 ) -> Result<(gimli::Dwarf<Reader>, Option<Vec<u8>>), String> {
-    let (file, len) = files::open(path, owners)?;
+    let (file, len) = files::open_in(root, path, owners)?;
     if len > files::OBJECT_CAP {
         return Err(format!(
             "not read: it has {len} bytes, more than the {} GiB ntprof reads",

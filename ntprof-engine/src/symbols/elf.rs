@@ -23,8 +23,9 @@ pub use super::symtab::debug_file_candidates;
 use super::symtab::{has_dwarf, hex, text_symbols};
 use super::table::{Binding, Symbol, SymbolTable};
 use super::{Mapping, Resolved, demangle, load_bias};
-use crate::files::{self, Budgeted, Owners};
+use crate::files::{self, Budgeted, Owners, Root};
 use crate::report::Frame;
+use crate::tree::mapped::ObjectFile;
 
 /// What is computed on demand, under one lock (uncontended: a report symbolizes on one thread).
 #[derive(Default)]
@@ -50,8 +51,9 @@ pub struct ElfSymbolizer {
     segments: Vec<(u64, u64)>,
     build_id: Option<String>,
     symbols: SymbolTable,
-    /// The file whose DWARF describes this object (itself or its separate debug file), opened lazily.
-    dwarf_file: Option<PathBuf>,
+    /// The file whose DWARF describes this object (itself or its separate debug file, in the root it is
+    /// found in), opened lazily.
+    dwarf_file: Option<(Root, PathBuf)>,
     /// Whose file the DWARF file may be (a debug file: root's, ntprof's user's or the object's owner's).
     dwarf_owners: Owners,
     debug_file: Option<PathBuf>,
@@ -79,6 +81,26 @@ impl ElfSymbolizer {
     pub fn open(path: &Path) -> Result<ElfSymbolizer, String> {
         let (handle, len) =
             files::open(path, &Owners::Any).map_err(|e| format!("{}: {e}", path.display()))?;
+        Self::from_file((path, path), handle, len, &Root::Host)
+    }
+
+    /// [`open`](Self::open) for an object a process mapped: the very file that was mapped (held open since),
+    /// its debug files found in the process's own root.
+    pub fn open_object(object: &ObjectFile) -> Result<ElfSymbolizer, String> {
+        let path = Path::new(&object.path);
+        let (handle, len) = files::checked(object.reopen()?, &Owners::Any)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        Self::from_file((path, &object.open_path()), handle, len, &object.root)
+    }
+
+    /// The object `path` (as its process names it, resolved in `root`; `open` opens it on the host), opened
+    /// as `handle` of `len` bytes.
+    fn from_file(
+        (path, open): (&Path, &Path),
+        handle: std::fs::File,
+        len: u64,
+        root: &Root,
+    ) -> Result<ElfSymbolizer, String> {
         let owner = std::os::unix::fs::MetadataExt::uid(
             &handle
                 .metadata()
@@ -117,7 +139,7 @@ impl ElfSymbolizer {
         let (mut dwarf_file, mut debug_file) = (None, None);
         let debug_owners = Owners::Of(vec![owner]);
         if has_dwarf(&file) {
-            dwarf_file = Some(path.to_path_buf());
+            dwarf_file = Some((Root::Host, open.to_path_buf()));
         } else {
             let link = file
                 .gnu_debuglink()
@@ -126,10 +148,10 @@ impl ElfSymbolizer {
                 .map(|(name, _crc)| name.to_vec());
             for candidate in debug_file_candidates(path, build_id_bytes.as_deref(), link.as_deref())
             {
-                if candidate == path || std::fs::metadata(&candidate).is_err() {
+                if candidate == path || !root.exists(&candidate) {
                     continue;
                 }
-                let (handle, dlen) = match files::open(&candidate, &debug_owners) {
+                let (handle, dlen) = match files::open_in(root, &candidate, &debug_owners) {
                     Ok(h) => h,
                     Err(e) => {
                         problems.push(format!(
@@ -153,7 +175,7 @@ impl ElfSymbolizer {
                 }
                 text_symbols(&dfile, &mut symbols);
                 if has_dwarf(&dfile) {
-                    dwarf_file = Some(candidate.clone());
+                    dwarf_file = Some((root.clone(), candidate.clone()));
                     debug_file = Some(candidate);
                     break;
                 }
@@ -210,6 +232,11 @@ impl ElfSymbolizer {
             problems: Vec::new(),
             lazy: Mutex::new(lazy),
         })
+    }
+
+    /// The object's path (as its process names it).
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// The GNU build-id, hex.
@@ -343,8 +370,9 @@ impl ElfSymbolizer {
 
     fn dwarf<'a>(&self, lazy: &'a mut Lazy) -> Option<&'a Context> {
         if lazy.dwarf.is_none() {
-            let loaded = self.dwarf_file.as_ref().map(|p| {
-                dwarf::load(p, &self.dwarf_owners).map_err(|e| format!("{}: {e}", p.display()))
+            let loaded = self.dwarf_file.as_ref().map(|(root, p)| {
+                dwarf::load_in(root, p, &self.dwarf_owners)
+                    .map_err(|e| format!("{}: {e}", p.display()))
             });
             lazy.dwarf = Some(match loaded {
                 Some(Ok(d)) => Some(d),

@@ -120,11 +120,13 @@ fn add(
     pgoff: u64,
     m: &Module,
 ) {
-    let path = match m.kind {
-        ModuleKind::File => m.path.as_str(),
-        _ => "",
+    // A file's unwind tables are read from the very file that was mapped (none when it could not be
+    // checked: its frames are then walked by frame pointers only).
+    let path = match (&m.kind, &m.object) {
+        (ModuleKind::File, Some(Ok(o))) => o.open_path().to_string_lossy().into_owned(),
+        _ => String::new(),
     };
-    u.add_mapping(files, start, end, pgoff, path);
+    u.add_mapping(files, start, end, pgoff, &path);
 }
 
 /// True when the frames before a user address were kernel frames (the user address is where the kernel was

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 
+use super::mapped::Place;
 use crate::files::{self, Owners};
 
 /// The name given to anonymous executable memory without a perf map entry.
@@ -19,6 +20,11 @@ pub const ANON_MODULE: &str = "[anon]";
 /// The perf map file of `pid`.
 pub fn map_path(pid: u32) -> String {
     format!("/tmp/perf-{pid}.map")
+}
+
+/// The perf map file of `pid` as the process names it (under its own pid in its namespace).
+pub fn place_path(pid: u32, place: &Place) -> String {
+    map_path(place.ns_pid.unwrap_or(pid))
 }
 
 /// The module name of a process's JIT code named from its perf map file.
@@ -42,13 +48,17 @@ impl PerfMap {
     /// Read the perf map of `pid`: `None` when it has none, an error when it is not used (not a regular file,
     /// not owned by root, ntprof's user or the process's user, unreadable). At most
     /// [`files::PERF_MAP_CAP`] bytes are read, line by line, each line cut to [`files::PERF_MAP_LINE`] bytes.
-    pub fn load(pid: u32) -> Option<Result<PerfMap, String>> {
-        let path = map_path(pid);
-        if std::fs::symlink_metadata(&path).is_err() {
+    ///
+    /// The file is the one the process wrote: under its pid in its own namespace (`/tmp/perf-1.map` for a
+    /// process that is pid 1 in a container), in its own root.
+    pub fn load(pid: u32, place: &Place) -> Option<Result<PerfMap, String>> {
+        let path = place_path(pid, place);
+        if !place.root.exists(Path::new(&path)) {
             return None;
         }
         let read = || {
-            let (file, _) = files::open(Path::new(&path), &Owners::of_process(pid))?;
+            let owners = Owners::of_process(pid);
+            let (file, _) = files::open_in(&place.root, Path::new(&path), &owners)?;
             let mut reader = std::io::BufReader::new(file.take(files::PERF_MAP_CAP));
             let mut map = PerfMap::default();
             files::for_each_line(&mut reader, files::PERF_MAP_LINE, |line| {

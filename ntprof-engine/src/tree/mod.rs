@@ -6,17 +6,17 @@
 //! first and, with call stacks (`-g`, `--call-graph`), its callers after it ([`callstack`]).
 
 pub mod callstack;
+mod filter;
 pub mod hash;
 pub mod jit;
 pub mod jitdump;
+pub mod mapped;
 pub mod order;
 pub mod procs;
 pub mod space;
 mod threads;
 pub mod wait;
 mod window;
-
-use std::collections::{BTreeSet, HashSet};
 
 use hash::FastMap;
 
@@ -35,6 +35,7 @@ pub struct Loc {
 }
 
 pub use callstack::Stacks;
+pub use filter::Filter;
 
 /// What one source counted.
 #[derive(Default)]
@@ -49,47 +50,6 @@ pub struct SourceCounts {
     pub lost: u64,
     /// Throttle records.
     pub throttled: u64,
-}
-
-/// Which modules the run profiles (`--module`, `--range`).
-#[derive(Default)]
-pub struct Filter {
-    /// `--module` names (file names or paths); empty: every module.
-    pub modules: Vec<String>,
-    /// `--range` was given (without `--module`, only the ranges are profiled).
-    pub ranges_only: bool,
-    /// Every module name seen (for the message about an unknown `--module`).
-    pub seen: BTreeSet<String>,
-    /// The `--module` names that matched.
-    pub matched: HashSet<String>,
-}
-
-impl Filter {
-    fn wanted(&mut self, name: &str, path: &str) -> bool {
-        self.seen.insert(name.to_string());
-        if self.modules.is_empty() {
-            return !self.ranges_only;
-        }
-        match self.modules.iter().find(|m| *m == name || *m == path) {
-            Some(m) => {
-                self.matched.insert(m.clone());
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// The `--module` names that never matched.
-    pub fn unmatched(&self) -> Vec<String> {
-        let mut v: Vec<String> = self
-            .modules
-            .iter()
-            .filter(|m| !self.matched.contains(*m))
-            .cloned()
-            .collect();
-        v.dedup();
-        v
-    }
 }
 
 /// The model of the run.
@@ -131,6 +91,13 @@ pub struct Tracker {
     /// before it has set the new program's arguments up): (process, its image then, the program's name). Read
     /// again each round until found, or the process exits or execs again.
     lines_wanted: Vec<(u32, u32, Vec<u8>)>,
+    /// The files of mapped objects, opened as their processes see them ([`mapped`]).
+    pub mapped: mapped::MappedFiles,
+    /// Where each process (by index) finds its files, and its pid in its own namespace.
+    pub places: FastMap<u32, mapped::Place>,
+    /// The places of pids as their records were read (before they are applied).
+    read_places: FastMap<u32, mapped::Place>,
+    roots: crate::files::Roots,
 }
 
 impl Tracker {
@@ -161,6 +128,10 @@ impl Tracker {
             jit: jitdump::JitState::default(),
             exec_lines: FastMap::default(),
             lines_wanted: Vec::new(),
+            mapped: mapped::MappedFiles::default(),
+            places: FastMap::default(),
+            read_places: FastMap::default(),
+            roots: crate::files::Roots::default(),
         }
     }
 
@@ -203,14 +174,17 @@ impl Tracker {
             ModuleKind::Range => true,
             _ => self.filter.wanted(name, path),
         };
-        let module = self.modules.intern(kind.clone(), path, start, || Module {
-            name: name.to_string(),
-            path: path.to_string(),
-            kind,
-            first: (start, end, 0),
-            mapped_ns: 0,
-            wanted,
-        });
+        let module = self
+            .modules
+            .intern(kind.clone(), path, (0, start), || Module {
+                name: name.to_string(),
+                path: path.to_string(),
+                kind,
+                first: (start, end, 0),
+                mapped_ns: 0,
+                wanted,
+                object: None,
+            });
         self.fixed.push((start, end, module));
         self.fixed.sort_unstable();
     }
@@ -233,13 +207,16 @@ impl Tracker {
             threads.clear();
             threads.extend(live);
         }
+        let place = self.place_now(pid);
+        self.places.insert(p, place);
         for m in maps {
+            let len = m.end - m.start;
             self.map(
                 p,
                 m.start,
-                m.end - m.start,
+                len,
                 m.pgoff,
-                m.inode,
+                (m.dev, m.inode),
                 m.path.as_bytes(),
                 0,
             );
@@ -269,7 +246,16 @@ impl Tracker {
 
     /// Add a mapping to process `p`.
     #[allow(clippy::too_many_arguments)]
-    fn map(&mut self, p: u32, addr: u64, len: u64, pgoff: u64, ino: u64, name: &[u8], time: u64) {
+    fn map(
+        &mut self,
+        p: u32,
+        addr: u64,
+        len: u64,
+        pgoff: u64,
+        id: (u64, u64),
+        name: &[u8],
+        time: u64,
+    ) {
         let path = String::from_utf8_lossy(name);
         let pid = self.processes.list[p as usize].pid;
         let (kind, key_path, display) = if is_anonymous(&path) {
@@ -284,27 +270,32 @@ impl Tracker {
             (ModuleKind::File, path.to_string(), module_name(&path))
         };
         let wanted = self.filter.wanted(&display, &path);
-        let module = self
-            .modules
-            .intern(kind.clone(), &key_path, ino, || Module {
-                name: display,
-                path: if key_path.is_empty() {
-                    "//anon".into()
-                } else {
-                    key_path.clone()
-                },
-                kind,
-                first: (addr, addr.wrapping_add(len), pgoff),
-                mapped_ns: time,
-                wanted,
-            });
         let end = addr.wrapping_add(len);
+        let object = (kind == ModuleKind::File).then(|| self.object(p, (addr, end), &path, id));
+        let module = self.modules.intern(kind.clone(), &key_path, id, || Module {
+            name: display,
+            path: if key_path.is_empty() {
+                "//anon".into()
+            } else {
+                key_path.clone()
+            },
+            kind,
+            first: (addr, end, pgoff),
+            mapped_ns: time,
+            wanted,
+            object: object.clone(),
+        });
+        let m = &mut self.modules.list[module as usize];
+        if matches!(m.object, Some(Err(_))) && matches!(object, Some(Ok(_))) {
+            m.object = object; // an earlier process of the file was gone before it could be opened
+        }
         self.processes.list[p as usize]
             .space
             .insert(addr, Map { end, pgoff, module });
         self.unwinding
             .mapped(p, addr, end, pgoff, &self.modules.list[module as usize]);
-        self.jit_mapped(p, pid, &path, time);
+        let object = self.modules.list[module as usize].object.clone();
+        self.jit_mapped(p, &path, time, object.as_ref());
     }
 
     /// Apply one record.
@@ -330,10 +321,11 @@ impl Tracker {
                 len,
                 pgoff,
                 ino,
+                dev,
                 name,
             } => {
                 let p = self.process(pid, time);
-                self.map(p, addr, len, pgoff, ino, name_of(names, name), time);
+                self.map(p, addr, len, pgoff, (dev, ino), name_of(names, name), time);
             }
             Event::Comm {
                 pid,

@@ -43,6 +43,8 @@ pub enum Event {
         pgoff: u64,
         /// The file's inode (0 for anonymous memory).
         ino: u64,
+        /// The file's device, as `stat` gives it.
+        dev: u64,
         /// The file name: a range of the arena.
         name: (u32, u32),
     },
@@ -174,6 +176,7 @@ impl Order {
                         len: m.len,
                         pgoff: m.pgoff,
                         ino: m.ino,
+                        dev: super::mapped::device(m.maj, m.min),
                         name,
                     },
                 )

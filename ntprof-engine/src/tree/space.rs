@@ -50,6 +50,9 @@ pub struct Module {
     pub mapped_ns: u64,
     /// Whether `--module`/`--range` selects it (samples of an unselected module count as outside).
     pub wanted: bool,
+    /// A mapped file's object as its process maps it, checked to be the mapped file, or why it is not named
+    /// (`None` for a module that is not a mapped file).
+    pub object: Option<super::mapped::Opened>,
 }
 
 /// The modules of a run, interned by identity.
@@ -57,19 +60,20 @@ pub struct Module {
 pub struct Modules {
     /// Every module, by index.
     pub list: Vec<Module>,
-    index: HashMap<(ModuleKind, String, u64), u32>,
+    index: HashMap<(ModuleKind, String, u64, u64), u32>,
 }
 
 impl Modules {
-    /// The index of the module `(kind, path, inode)`, created with `make` on first sight.
+    /// The index of the module `(kind, path, device, inode)`, created with `make` on first sight (two
+    /// containers' files at one path are two modules).
     pub fn intern(
         &mut self,
         kind: ModuleKind,
         path: &str,
-        inode: u64,
+        (dev, inode): (u64, u64),
         make: impl FnOnce() -> Module,
     ) -> u32 {
-        let key = (kind, path.to_string(), inode);
+        let key = (kind, path.to_string(), dev, inode);
         if let Some(&i) = self.index.get(&key) {
             return i;
         }
@@ -180,6 +184,8 @@ pub struct ProcMap {
     pub pgoff: u64,
     /// Inode of the file (0 for anonymous memory).
     pub inode: u64,
+    /// Device of the file, as `stat` gives it.
+    pub dev: u64,
     /// The file (empty for anonymous memory).
     pub path: String,
 }
@@ -219,10 +225,15 @@ fn parse_maps_line(line: &str) -> Option<ProcMap> {
         return None;
     }
     let pgoff = u64::from_str_radix(fields.next()?, 16).ok()?;
-    let _dev = fields.next()?;
+    let (major, minor) = fields.next()?.split_once(':')?;
+    let dev = super::mapped::device(
+        u32::from_str_radix(major, 16).ok()?,
+        u32::from_str_radix(minor, 16).ok()?,
+    );
     let inode = fields.next()?.parse().ok()?;
     let path = fields.next().unwrap_or("").trim_start().to_string();
     Some(ProcMap {
+        dev,
         start: u64::from_str_radix(start, 16).ok()?,
         end: u64::from_str_radix(end, 16).ok()?,
         pgoff,
@@ -266,6 +277,7 @@ mod tests {
             (m.start, m.end, m.pgoff, m.inode),
             (0x7f12a000, 0x7f12c000, 0x2000, 1234)
         );
+        assert_eq!(m.dev, super::super::mapped::device(8, 1));
         assert_eq!(module_name(&m.path), "libx.so");
         assert!(parse_maps_line("1000-2000 rw-p 00000000 00:00 0").is_none());
         let anon = parse_maps_line("1000-2000 rwxp 00000000 00:00 0").unwrap();

@@ -168,13 +168,14 @@ impl Tracker {
         self.sources.push(SourceCounts::default());
         let module = self
             .modules
-            .intern(ModuleKind::Special, WAIT_MODULE, 0, || Module {
+            .intern(ModuleKind::Special, WAIT_MODULE, (0, 0), || Module {
                 name: WAIT_MODULE.to_string(),
                 path: WAIT_MODULE.to_string(),
                 kind: ModuleKind::Special,
                 first: (0, 0, 0),
                 mapped_ns: 0,
                 wanted: true,
+                object: None,
             });
         self.waits = Some(Waits {
             voluntary,

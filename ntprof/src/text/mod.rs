@@ -224,6 +224,7 @@ mod tests {
             processes: vec![ProcessReport {
                 id: 0,
                 pid: 42,
+                ns_pid: None,
                 ppid: 1,
                 parent: None,
                 command: "prog".into(),

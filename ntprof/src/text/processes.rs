@@ -58,9 +58,14 @@ pub fn render(out: &mut String, report: &Report) {
             Some(l) => format!("  [{}]", super::escape::printable(l)),
             None => String::new(),
         };
+        // A process in a container: its own pid there (its perf map and jitdump are named with it).
+        let ns = p
+            .ns_pid
+            .map(|n| format!("  (pid {n} in its namespace)"))
+            .unwrap_or_default();
         let _ = writeln!(
             out,
-            "  {:>8} {:>8} {:>9} {:>7}  {:<19} {}{chain}{line}",
+            "  {:>8} {:>8} {:>9} {:>7}  {:<19} {}{chain}{ns}{line}",
             p.pid,
             p.ppid,
             n,

@@ -132,7 +132,9 @@ fn a_dump_or_perf_map_that_is_a_fifo_is_refused_at_once() {
     let map = PathBuf::from(map_path(pid));
     let _ = std::fs::remove_file(&map);
     mkfifo(&map);
-    let got = within(20, move || PerfMap::load(pid).map(|r| r.err()));
+    let got = within(20, move || {
+        PerfMap::load(pid, &Default::default()).map(|r| r.err())
+    });
     let _ = std::fs::remove_file(&map);
     let e = got.expect("reading a FIFO perf map returns at once");
     assert!(e.unwrap().unwrap().contains("FIFO"));
@@ -152,7 +154,9 @@ fn a_dump_or_perf_map_linked_to_a_device_or_sparse_costs_no_memory() {
     let map = PathBuf::from(map_path(pid));
     let _ = std::fs::remove_file(&map);
     symlink("/dev/zero", &map).unwrap();
-    let got = within(20, move || PerfMap::load(pid).map(|r| r.err()));
+    let got = within(20, move || {
+        PerfMap::load(pid, &Default::default()).map(|r| r.err())
+    });
     let _ = std::fs::remove_file(&map);
     assert!(
         got.expect("returns at once")
@@ -211,7 +215,7 @@ fn files_of_another_user_are_not_trusted() {
     let map = PathBuf::from(map_path(pid));
     std::fs::write(&map, "1000 20 planted\n").unwrap();
     std::os::unix::fs::chown(&map, Some(65534), Some(65534)).unwrap();
-    let got = PerfMap::load(pid).unwrap().err();
+    let got = PerfMap::load(pid, &Default::default()).unwrap().err();
     let _ = std::fs::remove_file(&map);
     assert!(
         got.as_deref()
@@ -240,7 +244,7 @@ fn files_of_another_user_are_not_trusted() {
     let map = PathBuf::from(map_path(pid));
     std::fs::write(&map, "1000 20 its own\n").unwrap();
     std::os::unix::fs::chown(&map, Some(65534), Some(65534)).unwrap();
-    let got = PerfMap::load(pid).unwrap();
+    let got = PerfMap::load(pid, &Default::default()).unwrap();
     let _ = std::fs::remove_file(&map);
     let _ = child.kill();
     let _ = child.wait();

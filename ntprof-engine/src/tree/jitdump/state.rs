@@ -9,6 +9,7 @@ use crate::files::{self, Owners};
 use crate::report::JitReport;
 use crate::tree::hash::FastMap;
 use crate::tree::jit::{self, PerfMap};
+use crate::tree::mapped::{Opened, Place};
 use crate::tree::space::{Module, ModuleKind};
 use crate::tree::{Loc, Tracker};
 
@@ -40,6 +41,8 @@ pub struct Dump {
     mapped_ns: u64,
     /// Whose file it may be (learned when it was mapped, while the process ran).
     owners: Owners,
+    /// The file mapped, held since (`None`: read by path).
+    object: Option<Opened>,
     /// The file, read at the end of the run.
     parsed: Option<JitDump>,
     /// Where its code was, over the run (location offsets index it).
@@ -60,6 +63,8 @@ pub struct JitState {
     anon_stack: Vec<u8>,
     /// The perf maps of the processes whose anonymous memory has samples left, read at the end of the run.
     perf_maps: HashMap<u32, Option<PerfMap>>,
+    /// Where each pid finds its files (its perf map's root and name), learned while it ran.
+    pub(crate) places: HashMap<u32, Place>,
     /// What the report says of each file that named JIT code.
     pub reports: Vec<JitReport>,
 }
@@ -168,6 +173,17 @@ impl JitState {
 /// it, record by record.
 pub(super) fn read_dump(path: &str, owners: &Owners) -> Result<JitDump, String> {
     let (file, len) = files::open(std::path::Path::new(path), owners)?;
+    parse_dump(file, len)
+}
+
+/// The dump a process mapped: the very file (checked when it was mapped), owned as `owners` allow.
+fn read_mapped_dump(object: &Opened, owners: &Owners) -> Result<JitDump, String> {
+    let object = object.as_ref().map_err(Clone::clone)?;
+    let (file, len) = files::checked(object.reopen()?, owners)?;
+    parse_dump(file, len)
+}
+
+fn parse_dump(file: std::fs::File, len: u64) -> Result<JitDump, String> {
     let mut dump = JitDump::read(
         &mut std::io::BufReader::new(file),
         len.min(files::JITDUMP_CAP),
@@ -180,7 +196,17 @@ pub(super) fn read_dump(path: &str, owners: &Owners) -> Result<JitDump, String> 
 
 impl Tracker {
     /// Process `p` (pid `pid`) mapped `path` at `time`: a jitdump file names its current image's JIT code.
-    pub(in crate::tree) fn jit_mapped(&mut self, p: u32, pid: u32, path: &str, time: u64) {
+    pub(in crate::tree) fn jit_mapped(
+        &mut self,
+        p: u32,
+        path: &str,
+        time: u64,
+        object: Option<&Opened>,
+    ) {
+        let pid = self.processes.list[p as usize].pid;
+        if let Some(place) = self.places.get(&p) {
+            self.jit.places.insert(pid, place.clone());
+        }
         if !is_dump_path(path) {
             return;
         }
@@ -194,6 +220,7 @@ impl Tracker {
             path: path.to_string(),
             mapped_ns: time,
             owners: Owners::of_process(pid),
+            object: object.cloned(),
             ..Dump::default()
         });
     }
@@ -259,7 +286,11 @@ impl Tracker {
             mixed: 0,
             problem: None,
         };
-        let parsed = read_dump(&path, &self.jit.dumps[d as usize].owners);
+        let dump = &self.jit.dumps[d as usize];
+        let parsed = match &dump.object {
+            Some(object) => read_mapped_dump(object, &dump.owners),
+            None => read_dump(&path, &dump.owners),
+        };
         let parsed = match parsed {
             Ok(p) if p.arch_timestamps => Err(format!(
                 "its times are the processor's time stamp counter (JITDUMP_FLAGS_ARCH_TIMESTAMP), which cannot \
@@ -283,13 +314,14 @@ impl Tracker {
         let mapped_ns = self.jit.dumps[d as usize].mapped_ns;
         let module = self
             .modules
-            .intern(kind.clone(), &path, u64::from(d), || Module {
+            .intern(kind.clone(), &path, (0, u64::from(d)), || Module {
                 name: jit::jit_module_name(pid),
                 path: path.clone(),
                 kind,
                 first: (0, 0, 0),
                 mapped_ns,
                 wanted: true,
+                object: None,
             });
         let mut resolver = Resolver::new(&parsed);
         let mut frames: Vec<Loc> = Vec::new();
@@ -383,7 +415,8 @@ impl Tracker {
             if self.jit.perf_maps.contains_key(&pid) {
                 continue;
             }
-            let map = match PerfMap::load(pid) {
+            let place = self.jit.places.get(&pid).cloned().unwrap_or_default();
+            let map = match PerfMap::load(pid, &place) {
                 Some(Ok(map)) => Some(map),
                 Some(Err(problem)) => {
                     problems.push((pid, problem));
@@ -419,7 +452,10 @@ impl Tracker {
                 reports.push(JitReport {
                     pid,
                     kind: "perf map".into(),
-                    path: jit::map_path(pid),
+                    path: jit::place_path(
+                        pid,
+                        &self.jit.places.get(&pid).cloned().unwrap_or_default(),
+                    ),
                     records: map.lines(),
                     reused: map.reused,
                     samples,
@@ -433,7 +469,7 @@ impl Tracker {
             reports.push(JitReport {
                 pid,
                 kind: "perf map".into(),
-                path: jit::map_path(pid),
+                path: jit::place_path(pid, &self.jit.places.get(&pid).cloned().unwrap_or_default()),
                 records: 0,
                 reused: 0,
                 samples: 0,

@@ -1,5 +1,7 @@
 //! Tests of the jitdump reader, of naming by time, and of a run's samples moved to the code of their moment.
 
+use std::os::unix::fs::MetadataExt;
+
 use super::format::{Change, FLAG_ARCH_TIMESTAMP, JitDump, MAGIC, is_dump_path};
 use super::replay::Resolver;
 use crate::tree::order::Event;
@@ -291,7 +293,9 @@ fn mmap(names: &mut Vec<u8>, pid: u32, addr: u64, len: u64, path: &str) -> Event
         addr,
         len,
         pgoff: 0,
-        ino: u64::from(!path.is_empty()),
+        // The file's own identity, as the kernel records it (a path that is no file: any).
+        ino: std::fs::metadata(path).map_or(u64::from(!path.is_empty()), |m| m.ino()),
+        dev: std::fs::metadata(path).map_or(0, |m| m.dev()),
         name: (a, names.len() as u32),
     }
 }
@@ -333,6 +337,7 @@ fn a_runs_samples_are_named_by_the_code_of_their_moment() {
             end: 0x500000,
             pgoff: 0,
             inode: 7,
+            dev: 0,
             path: "/usr/bin/node".into(),
         }],
         0,

@@ -11,6 +11,7 @@ fn process(id: u32, command: &str, line: &str) -> ProcessReport {
     ProcessReport {
         id,
         pid: 100 + id,
+        ns_pid: None,
         ppid: 1,
         parent: None,
         command: command.into(),
