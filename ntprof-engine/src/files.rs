@@ -14,7 +14,9 @@ use std::io::{BufRead, Read};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
+mod object;
 mod root;
+pub use object::{ObjectFile, mismatch};
 pub use root::{Root, Roots};
 
 /// The most of a jitdump that is read (its code bytes are skipped, not kept).

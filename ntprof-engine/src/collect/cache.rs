@@ -9,8 +9,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use crate::files::ObjectFile;
 use crate::symbols::ElfSymbolizer;
-use crate::tree::mapped::ObjectFile;
 
 /// An object to open: a path on the host, or the checked file of a mapping.
 #[derive(Clone, Copy, Debug)]

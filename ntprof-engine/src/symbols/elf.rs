@@ -23,9 +23,8 @@ pub use super::symtab::debug_file_candidates;
 use super::symtab::{has_dwarf, hex, text_symbols};
 use super::table::{Binding, Symbol, SymbolTable};
 use super::{Mapping, Resolved, demangle, load_bias};
-use crate::files::{self, Budgeted, Owners, Root};
+use crate::files::{self, Budgeted, ObjectFile, Owners, Root};
 use crate::report::Frame;
-use crate::tree::mapped::ObjectFile;
 
 /// What is computed on demand, under one lock (uncontended: a report symbolizes on one thread).
 #[derive(Default)]

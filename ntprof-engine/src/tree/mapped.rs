@@ -11,14 +11,13 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use super::Tracker;
 use super::space::is_anonymous;
-use crate::files::Root;
+use crate::files::{ObjectFile, Root, mismatch};
 
 /// The most descriptors of objects held (a run of many thousand distinct objects keeps the first ones; the
 /// others are opened again at the report, by path, and checked again).
@@ -27,66 +26,6 @@ const HELD_MAX: usize = 2048;
 /// A device number as `stat` gives it, from the major and minor numbers of a record or a maps line.
 pub fn device(major: u32, minor: u32) -> u64 {
     nix::sys::stat::makedev(u64::from(major), u64::from(minor))
-}
-
-/// One object as its process maps it: the file found, and where its debug files and sources are found.
-#[derive(Debug)]
-pub struct ObjectFile {
-    /// The path as the process names it.
-    pub path: String,
-    /// The process's root: where its debug files and sources are found.
-    pub root: Root,
-    /// The mapped file's device and inode.
-    pub id: (u64, u64),
-    /// The process it was first opened for.
-    pub pid: u32,
-    /// The file, held open (`None` past [`HELD_MAX`]: opened again by path and checked).
-    file: Option<File>,
-}
-
-impl ObjectFile {
-    /// A path that opens this very file: the held descriptor's (`/proc/self/fd/N`), else the path (checked
-    /// again by [`reopen`](Self::reopen)).
-    pub fn open_path(&self) -> PathBuf {
-        match &self.file {
-            Some(f) => PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd())),
-            None => PathBuf::from(&self.path),
-        }
-    }
-
-    /// The file opened anew (a reader of its own), checked to be the mapped one.
-    pub fn reopen(&self) -> Result<File, String> {
-        let file = match &self.file {
-            Some(_) => Root::Host.open(&self.open_path()),
-            None => self.root.open(Path::new(&self.path)),
-        }
-        .map_err(|e| format!("{}: cannot open it again: {e}", self.path))?;
-        let meta = file
-            .metadata()
-            .map_err(|e| format!("{}: cannot stat it: {e}", self.path))?;
-        if (meta.dev(), meta.ino()) != self.id {
-            return Err(mismatch(&self.path, self.id, (meta.dev(), meta.ino())));
-        }
-        Ok(file)
-    }
-
-    /// A key telling this object from any other of the run.
-    pub fn key(&self) -> String {
-        format!("{}:{}:{}", self.id.0, self.id.1, self.path)
-    }
-}
-
-/// The note of a file found that is not the one mapped.
-fn mismatch(path: &str, mapped: (u64, u64), found: (u64, u64)) -> String {
-    let dev = |d: u64| format!("{}:{}", nix::sys::stat::major(d), nix::sys::stat::minor(d));
-    format!(
-        "{path}: the file found there (device {}, inode {}) is not the one that was mapped (device {}, \
-         inode {}): replaced, or another root's file",
-        dev(found.0),
-        found.1,
-        dev(mapped.0),
-        mapped.1
-    )
 }
 
 /// What opening an object gave: the file, or why the object is not named.
@@ -176,13 +115,13 @@ impl MappedFiles {
         } else {
             None
         };
-        Ok(Arc::new(ObjectFile {
-            path: shown.to_string(),
-            root: root.clone(),
+        Ok(Arc::new(ObjectFile::new(
+            shown,
+            root.clone(),
             id,
             pid,
             file,
-        }))
+        )))
     }
 }
 
