@@ -10,7 +10,6 @@
 //! replaced on disk during the run is not named with the new file's symbols.
 
 use std::collections::HashMap;
-use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
