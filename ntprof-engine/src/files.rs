@@ -16,7 +16,7 @@ use std::path::Path;
 
 mod object;
 mod root;
-pub use object::{ObjectFile, mismatch};
+pub use object::{ObjectFile, Opened, device, mismatch};
 pub use root::{Root, Roots};
 
 /// The most of a jitdump that is read (its code bytes are skipped, not kept).

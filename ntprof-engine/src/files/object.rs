@@ -8,6 +8,14 @@ use std::path::{Path, PathBuf};
 
 use super::Root;
 
+/// A device number as `stat` gives it, from the major and minor numbers of a record or a maps line.
+pub fn device(major: u32, minor: u32) -> u64 {
+    nix::sys::stat::makedev(u64::from(major), u64::from(minor))
+}
+
+/// What opening an object gave: the file, or why the object is not named.
+pub type Opened = Result<std::sync::Arc<ObjectFile>, String>;
+
 /// One object as its process maps it: the file found, and where its debug files and sources are found.
 #[derive(Debug)]
 pub struct ObjectFile {

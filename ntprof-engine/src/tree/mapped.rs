@@ -22,13 +22,7 @@ use crate::files::{ObjectFile, Root, mismatch};
 /// others are opened again at the report, by path, and checked again).
 const HELD_MAX: usize = 2048;
 
-/// A device number as `stat` gives it, from the major and minor numbers of a record or a maps line.
-pub fn device(major: u32, minor: u32) -> u64 {
-    nix::sys::stat::makedev(u64::from(major), u64::from(minor))
-}
-
-/// What opening an object gave: the file, or why the object is not named.
-pub type Opened = Result<Arc<ObjectFile>, String>;
+pub use crate::files::{Opened, device};
 
 /// The objects of a run, opened once per (device, inode, path).
 #[derive(Default)]

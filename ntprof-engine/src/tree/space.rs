@@ -52,7 +52,7 @@ pub struct Module {
     pub wanted: bool,
     /// A mapped file's object as its process maps it, checked to be the mapped file, or why it is not named
     /// (`None` for a module that is not a mapped file).
-    pub object: Option<super::mapped::Opened>,
+    pub object: Option<crate::files::Opened>,
 }
 
 /// The modules of a run, interned by identity.
@@ -226,7 +226,7 @@ fn parse_maps_line(line: &str) -> Option<ProcMap> {
     }
     let pgoff = u64::from_str_radix(fields.next()?, 16).ok()?;
     let (major, minor) = fields.next()?.split_once(':')?;
-    let dev = super::mapped::device(
+    let dev = crate::files::device(
         u32::from_str_radix(major, 16).ok()?,
         u32::from_str_radix(minor, 16).ok()?,
     );
@@ -277,7 +277,7 @@ mod tests {
             (m.start, m.end, m.pgoff, m.inode),
             (0x7f12a000, 0x7f12c000, 0x2000, 1234)
         );
-        assert_eq!(m.dev, super::super::mapped::device(8, 1));
+        assert_eq!(m.dev, crate::files::device(8, 1));
         assert_eq!(module_name(&m.path), "libx.so");
         assert!(parse_maps_line("1000-2000 rw-p 00000000 00:00 0").is_none());
         let anon = parse_maps_line("1000-2000 rwxp 00000000 00:00 0").unwrap();
