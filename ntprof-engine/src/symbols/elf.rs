@@ -46,6 +46,9 @@ struct Lazy {
 /// Symbols and line information of one ELF object.
 pub struct ElfSymbolizer {
     path: PathBuf,
+    /// A path that opens this very file on the host (the held descriptor of a mapped object's), for what is
+    /// read later (the `.eh_frame` bounds).
+    open: PathBuf,
     /// `(p_offset, p_vaddr)` of each `PT_LOAD` segment.
     segments: Vec<(u64, u64)>,
     build_id: Option<String>,
@@ -194,6 +197,7 @@ impl ElfSymbolizer {
         }
         Ok(ElfSymbolizer {
             path: path.to_path_buf(),
+            open: open.to_path_buf(),
             segments,
             build_id,
             symbols: SymbolTable::ranked_in_sections(symbols),
@@ -218,6 +222,7 @@ impl ElfSymbolizer {
         };
         Ok(ElfSymbolizer {
             path: PathBuf::from(name),
+            open: PathBuf::new(),
             segments: file
                 .segments()
                 .map(|s| (s.file_range().0, s.address()))
@@ -293,7 +298,7 @@ impl ElfSymbolizer {
     pub fn fde_function(&self, addr: u64) -> Option<(u64, u64)> {
         let mut lazy = self.lock();
         lazy.fdes
-            .get_or_insert_with(|| FdeIndex::read(&self.path))
+            .get_or_insert_with(|| FdeIndex::read(&self.open))
             .lookup(addr)
     }
 
