@@ -259,6 +259,8 @@ typedef struct _NTPROFILE_STATISTICS {
 #define NTPROFILE_EVENTS_CPU 3        /* one event per processor for every task (global) */
 #define NTPROFILE_EVENTS_CPU_FILTERED 4 /* one event per processor for every task, only the target's samples
                                          * counted (privileged, when threads x processors > 1024) */
+#define NTPROFILE_EVENTS_CGROUP 5     /* one event per processor for the tasks of one cgroup, the kernel's filter
+                                       * (a sampler of a cgroup, made through the Rust API) */
 
 /* The perf events behind a started profile (ntprofile extension, see NtprofileQueryEventUsage). 32 bytes. */
 typedef struct _NTPROFILE_EVENT_USAGE {

@@ -163,6 +163,10 @@ pub struct RecordOptions {
     pub profile: ProfileOptions,
     /// Running processes to attach to instead of a command (the same as [`crate::record::attach`]).
     pub pid: Vec<u32>,
+    /// `--cgroup PATH`: every process of this cgroup v2 (a directory of the cgroup file system, or a path
+    /// relative to its root) instead of a command's tree; a command, if given, bounds the run (see
+    /// [`crate::record::cgroup`]).
+    pub cgroup: Option<String>,
     /// The command and its arguments.
     pub command: Vec<String>,
 }
@@ -187,6 +191,8 @@ pub struct AttachOptions {
     pub duration: Option<f64>,
     /// The sampling options.
     pub profile: ProfileOptions,
+    /// `--cgroup PATH`: every process of this cgroup instead of `pid` (see [`crate::record::cgroup`]).
+    pub cgroup: Option<String>,
 }
 
 impl AttachOptions {

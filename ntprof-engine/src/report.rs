@@ -72,6 +72,37 @@ pub struct ProcessReport {
     /// How it ended: `exit status N` or `killed by signal N` (the profiled command), `exited`, or `running`
     /// (still running when the run ended).
     pub ended: String,
+    /// Its cgroup v2 path (`/proc/PID/cgroup`'s `0::` line, `/` the root), read while it ran (a process whose
+    /// exit came first has its parent's, which it was created in); absent when it could not be read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    /// The 64-hex id of the container its cgroup path names (Docker, containerd, CRI-O, Podman); absent when
+    /// the path holds none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+}
+
+/// The cgroup a `--cgroup` run profiled (`run.cgroup`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CgroupInfo {
+    /// Its path in the cgroup v2 hierarchy, as `/proc/PID/cgroup` shows it (`/` the root).
+    pub path: String,
+    /// Its directory in the cgroup v2 file system.
+    pub dir: String,
+    /// How its processes were found: `kernel-filter` (processor-wide events the kernel filters by cgroup, with
+    /// the privilege) or `following` (its processes, read from `cgroup.procs`, sampled with their trees).
+    pub mechanism: String,
+    /// `following`: how often `cgroup.procs` was read again for processes that joined or left, in
+    /// milliseconds; 0 for `kernel-filter`.
+    pub rescan_ms: u64,
+    /// Processes found in the cgroup (and the cgroups below it) at the start.
+    pub at_start: u64,
+    /// Processes that joined it during the run and were profiled from then on (`following`: found at a
+    /// rescan; `kernel-filter`: first seen in a record).
+    pub joined: u64,
+    /// `following`: processes that left it during the run, whose samples from the rescan that saw them gone
+    /// on were not counted.
+    pub left: u64,
 }
 
 /// The perf events behind a recording.
@@ -163,6 +194,9 @@ pub struct RunInfo {
     /// report of a whole run. `duration_s` is then the window's length.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub window: Option<WindowInfo>,
+    /// The cgroup the run profiled (`--cgroup`), `None` for other runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<CgroupInfo>,
 }
 
 /// One window of a run cut into windows (`run.window`).

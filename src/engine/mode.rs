@@ -16,6 +16,8 @@
 //!   `kernel.perf_event_paranoid` 0 or less), and the consumer reads (and drops) the samples of every other
 //!   task of those processors.
 //! - [`EventMode::Cpu`]: a global stream, one event per processor for every task.
+//! - [`EventMode::Cgroup`]: a sampler of a cgroup: one event per processor for the tasks of that cgroup (and of
+//!   the cgroups below it), filtered by the kernel (`PERF_FLAG_PID_CGROUP`); privileged as a global stream.
 
 use std::cell::RefCell;
 
@@ -57,6 +59,9 @@ pub enum EventMode {
     Cpu,
     /// One event per processor for every task, only the target's samples counted (privileged).
     CpuFiltered,
+    /// One event per processor for the tasks of one cgroup, the kernel's filter (a sampler of a cgroup,
+    /// privileged).
+    Cgroup,
 }
 
 impl EventMode {
@@ -67,6 +72,7 @@ impl EventMode {
             EventMode::PerThread => "per-thread",
             EventMode::Cpu => "cpu",
             EventMode::CpuFiltered => "cpu-filtered",
+            EventMode::Cgroup => "cgroup",
         }
     }
 
@@ -77,6 +83,7 @@ impl EventMode {
             EventMode::PerThread => 2,
             EventMode::Cpu => 3,
             EventMode::CpuFiltered => 4,
+            EventMode::Cgroup => 5,
         }
     }
 }
@@ -203,7 +210,7 @@ pub(crate) fn descriptors(mode: EventMode, threads: u64, cpus: u64) -> u64 {
         EventMode::ThreadCpu => threads.saturating_mul(cpus),
         // Its sampling event, its task-record event, and the inherited counter of a thread of the start.
         EventMode::PerThread => threads.saturating_mul(3),
-        EventMode::Cpu | EventMode::CpuFiltered => cpus,
+        EventMode::Cpu | EventMode::CpuFiltered | EventMode::Cgroup => cpus,
     }
 }
 

@@ -144,6 +144,33 @@ pub fn open_sampler_event(
         Some(cpu) => builder.one_cpu(cpu),
         None => builder.any_cpu(),
     };
+    open_with(builder, params)
+}
+
+/// Open one sampler event, disabled, for the tasks of a cgroup on CPU `cpu`: `cgroup` is the cgroup's
+/// directory in the cgroup v2 file system, passed as the pid with `PERF_FLAG_PID_CGROUP`, so that the kernel
+/// counts (and writes the side-band records of) only the tasks of that cgroup and of the cgroups below it.
+/// The records are those of [`open_sampler_event`]; nothing is inherited (the event is processor-wide).
+///
+/// # Errors
+/// The errno of `perf_event_open(2)`.
+pub fn open_sampler_cgroup_event(
+    params: &SamplerEventParams,
+    cgroup: &std::fs::File,
+    cpu: usize,
+) -> Result<OwnedFd, Errno> {
+    let mut builder = Builder::new(SpecEvent(params.spec));
+    builder.observe_cgroup(cgroup).one_cpu(cpu);
+    let params = SamplerEventParams {
+        inherit: false,
+        inherit_thread: false,
+        ..*params
+    };
+    open_with(builder, &params)
+}
+
+/// The attributes every sampler event shares, on a builder whose target (task, cgroup) and CPU are set.
+fn open_with(mut builder: Builder<'_>, params: &SamplerEventParams) -> Result<OwnedFd, Errno> {
     builder
         .sample_period(params.period)
         .exclude_kernel(params.exclude_kernel)

@@ -41,11 +41,15 @@ pub(super) fn build(b: SamplerBuilder) -> Result<Sampler, Error> {
     check_privileges(&b)?;
     let me = std::process::id();
     let targets = targets_of(&b, me)?;
+    let cgroup = b.cgroup.as_deref().map(open_cgroup).transpose()?;
     let (pin, own) = pin_library_threads(&targets)?;
     let (interval, params, pages) = event_params(&b, spec, stack_user);
     let mut opener = Opener::new(params, &cpus, &online_cpus(), pages, min_pages(&params));
     opener.chosen_wakeup = b.wakeup_bytes;
-    let layout = super::layout::choose_layout(&opener, b.global, &targets, &own)?;
+    let layout = match cgroup {
+        Some(_) => EventMode::Cgroup.into(),
+        None => super::layout::choose_layout(&opener, b.global, &targets, &own)?,
+    };
     let mode = layout.mode;
     if mode == EventMode::PerThread {
         let b = super::per_thread::Built {
@@ -74,6 +78,7 @@ pub(super) fn build(b: SamplerBuilder) -> Result<Sampler, Error> {
         opener.chosen_wakeup = b.wakeup_bytes;
     }
     let current = targets.iter().any(|t| matches!(t, Target::Current));
+    opener.cgroup = cgroup;
     let processes = opener.open_all(mode, targets, &own)?;
     let raw: Vec<RawFd> = opener.fds.iter().map(AsRawFd::as_raw_fd).collect();
     // A cpu-filtered sampler's events never hang up: the targets' pidfds tell their exits.
@@ -172,6 +177,13 @@ fn max_stack_of(b: &SamplerBuilder) -> u16 {
 /// Check 1, the arguments: the CPUs to sample (all online ones by default) and the user-stack copy's size
 /// rounded up to 8 bytes.
 fn check_arguments(b: &SamplerBuilder) -> Result<(CpuSet, u32), Error> {
+    if b.cgroup.is_some() && (b.global || !b.targets.is_empty()) {
+        return Err(Error::new(
+            NtStatus::INVALID_PARAMETER,
+            "a sampler of a cgroup samples the tasks of that cgroup: name no process and not global() as well \
+             (drop process(), pid(), current_process() and global(), or cgroup())",
+        ));
+    }
     if b.global && !b.targets.is_empty() {
         return Err(Error::new(
             NtStatus::INVALID_PARAMETER,
@@ -324,6 +336,20 @@ fn check_source(src: ProfileSource, stack_user: u32) -> Result<PerfEventSpec, Er
 
 /// Check 3, privileges: a global sampler and kernel addresses need them.
 fn check_privileges(b: &SamplerBuilder) -> Result<(), Error> {
+    if let Some(dir) = &b.cgroup
+        && !has_system_profile_privilege()
+    {
+        return Err(Error::new(
+            NtStatus::PRIVILEGE_NOT_HELD,
+            format!(
+                "a sampler of a cgroup ({}) opens one event per processor for the cgroup's tasks, which needs \
+                 CAP_PERFMON, CAP_SYS_ADMIN or kernel.perf_event_paranoid <= 0 (it is {}): run with the \
+                 capability, or sample the cgroup's processes (cgroup.procs) by pid",
+                dir.display(),
+                perf_event_paranoid()
+            ),
+        ));
+    }
     if b.global && !has_system_profile_privilege() {
         return Err(Error::new(
             NtStatus::PRIVILEGE_NOT_HELD,
@@ -352,7 +378,7 @@ fn check_privileges(b: &SamplerBuilder) -> Result<(), Error> {
 fn targets_of(b: &SamplerBuilder, me: u32) -> Result<Vec<Target>, Error> {
     let mut targets: Vec<Target> = Vec::new();
     let mut pids: Vec<u32> = Vec::new();
-    let specs = if b.targets.is_empty() && !b.global {
+    let specs = if b.targets.is_empty() && !b.global && b.cgroup.is_none() {
         vec![TargetSpec::Current]
     } else {
         b.targets.clone()
@@ -375,6 +401,29 @@ fn targets_of(b: &SamplerBuilder, me: u32) -> Result<Vec<Target>, Error> {
         }
     }
     Ok(targets)
+}
+
+/// Check 4 for a sampler of a cgroup: its directory, opened (the events take it as their pid).
+fn open_cgroup(dir: &std::path::Path) -> Result<std::fs::File, Error> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(dir);
+    opened.map_err(|e| {
+        let status = match e.kind() {
+            std::io::ErrorKind::PermissionDenied => NtStatus::ACCESS_DENIED,
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory => NtStatus::NOT_FOUND,
+            _ => NtStatus::INVALID_PARAMETER,
+        };
+        Error::new(
+            status,
+            format!(
+                "cannot open the cgroup directory {} ({e}): name a directory of the cgroup v2 file system",
+                dir.display()
+            ),
+        )
+    })
 }
 
 /// What the events record: the interval (the builder's, clamped, or the source's), the events' parameters and
@@ -402,7 +451,7 @@ fn event_params(
         exclude_callchain_kernel: !b.kernel,
         regs: in_kernel,
         user_entry: in_kernel && !b.kernel,
-        inherit: !b.global,
+        inherit: !b.global && b.cgroup.is_none(),
         inherit_thread: !b.inherit,
         sideband: b.sideband,
         task: false,

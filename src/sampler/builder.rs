@@ -25,6 +25,7 @@ pub(super) enum TargetSpec {
 pub struct SamplerBuilder {
     pub(super) targets: Vec<TargetSpec>,
     pub(super) global: bool,
+    pub(super) cgroup: Option<std::path::PathBuf>,
     pub(super) inherit: bool,
     pub(super) source: ProfileSource,
     pub(super) interval: Option<u32>,
@@ -44,6 +45,7 @@ impl Default for SamplerBuilder {
         SamplerBuilder {
             targets: Vec::new(),
             global: false,
+            cgroup: None,
             inherit: true,
             source: ProfileSource::Time,
             interval: None,
@@ -85,6 +87,19 @@ impl SamplerBuilder {
     /// Names no process besides (else `STATUS_INVALID_PARAMETER`).
     pub fn global(mut self) -> Self {
         self.global = true;
+        self
+    }
+
+    /// Sample the tasks of one cgroup (v2) on the chosen CPUs, whatever their process, those that join it later
+    /// included, and those of the cgroups below it: `dir` is the cgroup's directory in the cgroup v2 file system
+    /// (`/sys/fs/cgroup/...`). The kernel filters the processor-wide events (`PERF_FLAG_PID_CGROUP`), its
+    /// side-band records included, so nothing of another task is read; the layout is `cgroup`
+    /// ([`EventUsage::mode`](crate::EventUsage)). Needs the system-profile privilege, as
+    /// [`global`](Self::global) (else `STATUS_PRIVILEGE_NOT_HELD`); names no process and is not global besides
+    /// (else `STATUS_INVALID_PARAMETER`); a directory that cannot be opened gives `STATUS_NOT_FOUND` (or
+    /// `STATUS_ACCESS_DENIED`), one the kernel does not take as a cgroup `STATUS_NOT_SUPPORTED`.
+    pub fn cgroup(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.cgroup = Some(dir.into());
         self
     }
 

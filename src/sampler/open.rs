@@ -15,7 +15,9 @@ use crate::error::Error;
 use crate::perf::event;
 use crate::perf::proc;
 use crate::perf::ring::{Ring, SampleLayout, page_size};
-use crate::perf::sampler_event::{SamplerEventParams, open_sampler_event};
+use crate::perf::sampler_event::{
+    SamplerEventParams, open_sampler_cgroup_event, open_sampler_event,
+};
 use crate::perf::sys::{self, Tid};
 use crate::source;
 use crate::status::NtStatus;
@@ -54,6 +56,8 @@ enum Who {
     Global,
     /// Every task of each processor, of which the targets' records are kept (`cpu-filtered`).
     Filtered,
+    /// The tasks of a cgroup on each processor (`cgroup`).
+    Cgroup,
 }
 
 /// Descriptors kept free beside a sampler's events (the process's own needs, pidfds of followed children).
@@ -96,6 +100,8 @@ pub(super) struct Opener {
     /// The wake-up size the caller chose (`wakeup_bytes`), kept across the budget's restarts; `None`: a quarter
     /// of the ring, whatever size it comes out.
     pub(super) chosen_wakeup: Option<usize>,
+    /// A sampler of a cgroup: its directory, the events' pid (`cgroup` layout).
+    pub(super) cgroup: Option<std::fs::File>,
 }
 
 /// How far an opener had got: a pass that must be done again goes back to it.
@@ -135,6 +141,7 @@ impl Opener {
             owner,
             raised_nofile: false,
             chosen_wakeup: None,
+            cgroup: None,
         }
     }
 
@@ -193,6 +200,7 @@ impl Opener {
         match mode {
             EventMode::Cpu => return self.observe(Tid::ALL_TASKS, Who::Global),
             EventMode::CpuFiltered => return self.observe(Tid::ALL_TASKS, Who::Filtered),
+            EventMode::Cgroup => return self.observe(Tid::ALL_TASKS, Who::Cgroup),
             _ => {}
         }
         for target in targets {
@@ -287,7 +295,9 @@ impl Opener {
         if budget.open + need + DESCRIPTORS_TO_SPARE > budget.hard {
             let whom = match who {
                 Who::Other(pid) => format!("process {pid}"),
-                Who::Current | Who::Global | Who::Filtered => "this process".to_string(),
+                Who::Current | Who::Global | Who::Filtered | Who::Cgroup => {
+                    "this process".to_string()
+                }
             };
             return Err(Stop::Fail(Error::new(
                 NtStatus::INSUFFICIENT_RESOURCES,
@@ -370,7 +380,11 @@ impl Opener {
             } else {
                 self.params.sideband_only()
             };
-            match open_sampler_event(&params, tid, Some(cpu)) {
+            let opened = match &self.cgroup {
+                Some(dir) => open_sampler_cgroup_event(&params, dir, cpu),
+                None => open_sampler_event(&params, tid, Some(cpu)),
+            };
+            match opened {
                 Ok(fd) => return Ok(Some(fd)),
                 Err(Errno::ESRCH) if tid != Tid::ALL_TASKS => return Ok(None),
                 Err(Errno::EINTR) if interrupted < 3 => interrupted += 1,
@@ -426,6 +440,14 @@ fn refusal(errno: Errno, who: Who, doing: &str) -> Error {
                      CAP_SYS_ADMIN, or ptrace access under kernel.yama.ptrace_scope"
                 ),
             ),
+            Who::Cgroup => Error::new(
+                NtStatus::PRIVILEGE_NOT_HELD,
+                format!(
+                    "the kernel refused the cgroup's processor-wide events ({text}; kernel.perf_event_paranoid \
+                     is {}): run with CAP_PERFMON (or CAP_SYS_ADMIN), or lower the sysctl to 0",
+                    perf_event_paranoid()
+                ),
+            ),
             Who::Current | Who::Global | Who::Filtered => Error::new(
                 NtStatus::PRIVILEGE_NOT_HELD,
                 format!(
@@ -440,6 +462,13 @@ fn refusal(errno: Errno, who: Who, doing: &str) -> Error {
             format!(
                 "no resources left while {doing} ({text}): close descriptors (or raise RLIMIT_NOFILE), free \
                  memory, or sample fewer CPUs, and try again"
+            ),
+        ),
+        Errno::EBADF if matches!(who, Who::Cgroup) => Error::new(
+            NtStatus::NOT_SUPPORTED,
+            format!(
+                "the kernel does not take the directory as a cgroup while {doing} ({text}): name a directory \
+                 of the cgroup v2 file system (the perf_event controller, implicit in v2)"
             ),
         ),
         Errno::EINVAL

@@ -188,6 +188,12 @@ fn process_table(t: &Tracker, endings: &Endings) -> Vec<ProcessReport> {
                 started_ms: ms(p.start_ns),
                 ended_ms: p.exit_ns.map(ms),
                 ended,
+                container_id: p
+                    .cgroup
+                    .as_deref()
+                    .and_then(crate::tree::cgroup::container_id)
+                    .map(str::to_string),
+                cgroup: p.cgroup.clone(),
             }
         })
         .collect()
@@ -218,6 +224,7 @@ pub fn run_info(mode: &str, command: Vec<String>, pid: Option<u32>, started_at: 
         explanations: Vec::new(),
         jit: Vec::new(),
         window: None,
+        cgroup: None,
     }
 }
 

@@ -134,6 +134,7 @@ pub fn report() -> Report {
                 problem: None,
             }],
             window: None,
+            cgroup: None,
         },
         processes: vec![ProcessReport {
             id: 0,
@@ -147,6 +148,8 @@ pub fn report() -> Report {
             started_ms: 0.0,
             ended_ms: Some(2000.0),
             ended: "exit status 0".into(),
+            cgroup: None,
+            container_id: None,
         }],
         sources: vec![SourceReport {
             name: "Timer".into(),

@@ -48,6 +48,22 @@ pub(super) fn attach_in(
     progress: &dyn Progress,
     windows: Option<Windows<'_>>,
 ) -> Result<Outcome, Failure> {
+    if let Some(arg) = &args.cgroup {
+        if !args.pid.is_empty() {
+            return Err(Failure::new(
+                EXIT_USAGE,
+                "--cgroup names the processes to profile: give either --cgroup or --pid, not both",
+            ));
+        }
+        let run = super::cgroup::CgroupRun {
+            arg,
+            command: &[],
+            duration: args.duration,
+            profile: &args.profile,
+            mode: "attach",
+        };
+        return super::cgroup::run(&run, progress, windows);
+    }
     let (_set, sigfd) = launch::block_signals()?;
     let started_at = collect::now_rfc3339();
     let mut pids: Vec<u32> = Vec::new();

@@ -79,7 +79,7 @@ pub fn record_kernel(
         args.duration,
         progress,
         t0,
-        cutter.as_mut().map(|c| (c, &kallsyms)),
+        cutter.as_mut().map(|c| (c, Some(&kallsyms))),
     )?;
     let duration = t0.elapsed();
     session.finish()?;
@@ -140,14 +140,14 @@ fn add_kernel_modules(session: &mut Session, kallsyms: &Kallsyms, stext: u64, et
 /// Read rounds until the command exits (forwarding signals), Ctrl-C (or SIGTERM, or SIGHUP), or `--duration`;
 /// returns why the run ended, the command's exit status and, after a hang-up (SIGHUP), when it came (seconds
 /// into the run).
-fn wait_kernel(
+pub(super) fn wait_kernel(
     session: &mut Session,
     child: Option<&launch::Stopped>,
     sigfd: &nix::sys::signalfd::SignalFd,
     duration: Option<f64>,
     progress: &dyn Progress,
     t0: Instant,
-    mut cutter: Option<(&mut Cutter<'_>, &Kallsyms)>,
+    mut cutter: Option<(&mut Cutter<'_>, Option<&Kallsyms>)>,
 ) -> Result<(&'static str, Option<i32>, Option<f64>), Failure> {
     let mut ended = false;
     let mut hangup = None;
@@ -183,7 +183,7 @@ fn wait_kernel(
             });
         }
         if let Some((c, kallsyms)) = cutter.as_mut()
-            && !c.tick(session, Some(kallsyms))
+            && !c.tick(session, *kallsyms)
             && !ended
         {
             // The windows' taker ended the run: the command is asked to end (its exit ends the run).

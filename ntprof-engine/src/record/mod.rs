@@ -19,6 +19,8 @@
 //! the processes and their mappings, `crate::collect` builds the report, `notes` explains it.
 
 mod attach;
+pub mod cgroup;
+mod cgroup_follow;
 mod kernel;
 mod launch;
 mod notes;
@@ -300,6 +302,22 @@ fn record_in(
     progress: &dyn Progress,
     windows: Option<Windows<'_>>,
 ) -> Result<Outcome, Failure> {
+    if let Some(arg) = &args.cgroup {
+        if !args.pid.is_empty() || args.kernel {
+            return Err(Failure::new(
+                EXIT_USAGE,
+                "--cgroup names the processes to profile: give it without -p/--pid and --kernel",
+            ));
+        }
+        let run = cgroup::CgroupRun {
+            arg,
+            command: &args.command,
+            duration: args.duration,
+            profile: &args.profile,
+            mode: "record",
+        };
+        return cgroup::run(&run, progress, windows);
+    }
     if !args.pid.is_empty() {
         return record_pids(args, progress, windows);
     }
@@ -408,6 +426,7 @@ fn record_pids(
             pid: args.pid.clone(),
             duration: args.duration,
             profile: args.profile.clone(),
+            cgroup: None,
         },
         progress,
         windows,

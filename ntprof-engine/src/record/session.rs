@@ -32,6 +32,8 @@ pub enum Targets<'a> {
     Processes(&'a [ntprofile::Process]),
     /// Every process (the kernel profile).
     Global,
+    /// The tasks of the cgroup with this directory, filtered by the kernel (`--cgroup`, privileged).
+    Cgroup(&'a std::path::Path),
 }
 
 impl Targets<'_> {
@@ -41,6 +43,7 @@ impl Targets<'_> {
             Targets::Pids(pids) => pids.iter().fold(b, |b, &pid| b.pid(pid)),
             Targets::Processes(procs) => procs.iter().fold(b, |b, p| b.process(p)),
             Targets::Global => b,
+            Targets::Cgroup(dir) => b.cgroup(dir),
         }
     }
 }
@@ -187,7 +190,7 @@ impl Session {
         let first_pid = match targets {
             Targets::Pids(p) => p.first().copied(),
             Targets::Processes(p) => p.first().map(ntprofile::Process::pid),
-            Targets::Global => None,
+            Targets::Global | Targets::Cgroup(_) => None,
         };
         // Only for a command `record` started (see `sideband::open`).
         let sideband = match targets {
@@ -204,6 +207,10 @@ impl Session {
                 Targets::Global => b.global(),
                 _ => targets.add_to(b),
             };
+            if let Targets::Cgroup(_) = targets {
+                // Processor-wide events: nothing to inherit (a child created in the cgroup is in it).
+                b = b.inherit(false);
+            }
             if let Some(interval) = opts.interval_for(source) {
                 b = b.interval(interval);
             }
@@ -238,6 +245,13 @@ impl Session {
                 return Err(Failure::new(
                     EXIT_USAGE,
                     "--off-cpu follows processes: give a command or --pid, not a system-wide --kernel profile",
+                ));
+            }
+            (true, Targets::Cgroup(_)) => {
+                return Err(Failure::new(
+                    EXIT_USAGE,
+                    "--off-cpu follows processes, and a --cgroup run with the privilege samples the cgroup \
+                     with processor-wide events: drop --off-cpu, or profile the cgroup's processes with -p PID",
                 ));
             }
             (true, Targets::Pids(_) | Targets::Processes(_)) => {

@@ -6,6 +6,7 @@
 //! first and, with call stacks (`-g`, `--call-graph`), its callers after it ([`callstack`]).
 
 pub mod callstack;
+pub mod cgroup;
 mod filter;
 pub mod hash;
 pub mod jit;
@@ -223,6 +224,7 @@ impl Tracker {
         }
         self.processes.list[p as usize].cmdline =
             Some(procs::cmdline(pid)).filter(|c| !c.is_empty());
+        self.processes.list[p as usize].cgroup = cgroup::cgroup_of(pid);
         p
     }
 
@@ -342,6 +344,10 @@ impl Tracker {
                 if exec {
                     self.processes.exec(p, &comm);
                     self.unwinding.forget(p);
+                    // A program exec'd into a container's cgroup (a runtime moves its init there first).
+                    if let Some(cg) = cgroup::cgroup_of(pid) {
+                        self.processes.list[p as usize].cgroup = Some(cg);
+                    }
                     // The full command line: as read when the record was read, else now if the process
                     // still runs this image.
                     let line = self

@@ -41,6 +41,9 @@ pub struct Process {
     pub space: Space,
     /// Its live threads (tids); the process exits with the last of them.
     pub threads: FastSet<u32>,
+    /// Its cgroup v2 path, read while it ran ([`cgroup_of`](super::cgroup::cgroup_of)): when it was first seen
+    /// and at each exec; a forked process starts with its parent's (where the kernel creates it).
+    pub cgroup: Option<String>,
 }
 
 /// What a process ran between two execs.
@@ -92,6 +95,7 @@ impl Processes {
             exit_ns: None,
             space,
             threads: std::iter::once(pid).collect(),
+            cgroup: None,
         });
         self.by_pid.insert(pid, index);
         index
@@ -100,16 +104,19 @@ impl Processes {
     /// `pid` forked `child` (a new process, not a thread): it starts with a copy of its parent's address space,
     /// command and command line (its arguments are its parent's until it execs).
     pub fn fork(&mut self, parent_pid: u32, child: u32, time: u64) -> u32 {
-        let (comm, space, cmdline) = match self.get(parent_pid) {
+        let (comm, space, cmdline, cgroup) = match self.get(parent_pid) {
             Some(p) => (
                 self.comm(p).to_string(),
                 self.list[p as usize].space.clone(),
                 self.list[p as usize].cmdline.clone(),
+                self.list[p as usize].cgroup.clone(),
             ),
-            None => (String::new(), Space::default(), None),
+            None => (String::new(), Space::default(), None, None),
         };
         let c = self.add(child, parent_pid, &comm, time, space);
         self.list[c as usize].cmdline = cmdline;
+        // Created in its parent's cgroup; read again at its exec, while it runs.
+        self.list[c as usize].cgroup = cgroup;
         c
     }
 

@@ -72,6 +72,7 @@ Examples:
   ntprof record --source Timer,page-faults -- ./prog
   ntprof record --module prog --module libfoo.so -- ./prog
   ntprof record --kernel --duration 5        the kernel and its modules, system-wide (needs CAP_PERFMON)
+  ntprof record --cgroup system.slice/docker-ID.scope -- sleep 10   a container's processes for 10 s
   ntprof record -g -- ./prog                 with call stacks (frame pointers): callers, call tree, flame graph
   ntprof record --call-graph dwarf -- ./prog call stacks of code built without frame pointers (libc too)
   ntprof record -g --format folded -o prog.folded -- ./prog   folded stacks for flamegraph.pl, speedscope
@@ -170,9 +171,15 @@ pub struct RecordArgs {
     /// or perf_event_paranoid <= 1. With a command, for as long as it runs; otherwise for --duration.
     #[arg(short = 'k', long)]
     pub kernel: bool,
-    /// With --kernel and no command: how long to profile, in seconds (default: until Ctrl-C).
+    /// With --kernel or --cgroup and no command: how long to profile, in seconds (default: until Ctrl-C).
     #[arg(short = 'd', long, value_name = "S", value_parser = parse_duration)]
     pub duration: Option<f64>,
+    /// Profile every process of a cgroup v2 (a directory under the cgroup v2 mount, or a path relative to its
+    /// root as /proc/PID/cgroup shows it, as perf's -G), those that join it later included, and nothing else;
+    /// for --duration, until Ctrl-C, or while a command given after '--' runs (it bounds the run and is
+    /// profiled only if it runs in the cgroup).
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["kernel", "pid"])]
+    pub cgroup: Option<String>,
     /// Profiling options.
     #[command(flatten)]
     pub profile: ProfileArgs,
@@ -203,9 +210,13 @@ pub struct RecordArgs {
 pub struct AttachArgs {
     /// The process to profile, or a comma list of them (--pid 12,34); unless --no-inherit, their descendants
     /// are profiled too: those running at the attach and those started while attached.
-    #[arg(short = 'p', long, value_name = "PID[,PID...]", value_delimiter = ',', required = true,
-          value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(short = 'p', long, value_name = "PID[,PID...]", value_delimiter = ',',
+          required_unless_present = "cgroup", value_parser = clap::value_parser!(u32).range(1..))]
     pub pid: Vec<u32>,
+    /// Profile every process of a cgroup v2 instead (a directory under the cgroup v2 mount, or a path relative
+    /// to its root as /proc/PID/cgroup shows it), those that join it later included, and nothing else.
+    #[arg(long, value_name = "PATH", conflicts_with = "pid")]
+    pub cgroup: Option<String>,
     /// How long to profile, in seconds (default: until Ctrl-C or the process exits).
     #[arg(short = 'd', long, value_name = "S", value_parser = parse_duration)]
     pub duration: Option<f64>,
@@ -341,6 +352,7 @@ impl RecordArgs {
         o.duration = self.duration;
         o.profile = self.profile.options();
         o.pid = self.pid.clone();
+        o.cgroup = self.cgroup.clone();
         o
     }
 }
@@ -349,6 +361,7 @@ impl AttachArgs {
     /// The engine's options for these arguments.
     pub fn options(&self) -> AttachOptions {
         let mut o = AttachOptions::pids(self.pid.iter().copied());
+        o.cgroup = self.cgroup.clone();
         o.duration = self.duration;
         o.profile = self.profile.options();
         o

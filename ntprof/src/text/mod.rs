@@ -123,6 +123,7 @@ fn header(out: &mut String, report: &Report) {
     };
     let tree = match (run.mode.as_str(), run.follow_children) {
         ("kernel", _) => "every process",
+        _ if run.cgroup.is_some() => "every process of the cgroup",
         (_, true) => "children followed",
         (_, false) => "children not followed (--no-inherit)",
     };
@@ -153,6 +154,21 @@ fn header(out: &mut String, report: &Report) {
             e.descriptors,
             e.rings,
             e.ring_bytes / 1024
+        );
+    }
+    if let Some(c) = &run.cgroup {
+        let how = match c.mechanism.as_str() {
+            "kernel-filter" => "the kernel's cgroup filter on processor-wide events".to_string(),
+            "following" => format!(
+                "its processes followed with their trees, cgroup.procs read every {} ms",
+                c.rescan_ms
+            ),
+            other => other.to_string(),
+        };
+        let _ = writeln!(
+            out,
+            "  cgroup: {} ({how}); {} processes at the start, {} joined, {} left",
+            c.path, c.at_start, c.joined, c.left
         );
     }
     for s in report.sources.iter().filter(|s| !s.is_off_cpu()) {
@@ -210,6 +226,7 @@ mod tests {
                 explanations: vec!["a reason".into()],
                 jit: Vec::new(),
                 window: None,
+                cgroup: None,
                 symbolize_ms: 1.5,
                 call_graph: None,
                 recorder_cpu_ms: 12.5,
@@ -233,6 +250,8 @@ mod tests {
                 started_ms: 0.0,
                 ended_ms: Some(2000.0),
                 ended: "killed by signal 11".into(),
+                cgroup: None,
+                container_id: None,
             }],
             sources: vec![SourceReport {
                 name: "Timer".into(),

@@ -14,6 +14,19 @@ const LINE_WIDTH: usize = 64;
 /// At most this many commands are named in the line that sums up the processes without samples.
 const FOLDED_NAMES: usize = 6;
 
+/// A process's cgroup and container, after its command: `  cgroup /PATH` and `container ID` (the first 12
+/// hex digits, as the runtimes' listings show it) where the path names one; nothing when unknown.
+fn cgroup_label(p: &ProcessReport) -> String {
+    let mut label = String::new();
+    if let Some(c) = &p.cgroup {
+        let _ = write!(label, "  cgroup {}", super::escape::printable(c));
+    }
+    if let Some(id) = &p.container_id {
+        let _ = write!(label, " container {}", id.get(..12).unwrap_or(id));
+    }
+    label
+}
+
 /// Render the process summary (nothing for a run without processes).
 pub fn render(out: &mut String, report: &Report) {
     let procs = &report.processes;
@@ -63,6 +76,7 @@ pub fn render(out: &mut String, report: &Report) {
             .ns_pid
             .map(|n| format!("  (pid {n} in its namespace)"))
             .unwrap_or_default();
+        let line = line + &cgroup_label(p);
         let _ = writeln!(
             out,
             "  {:>8} {:>8} {:>9} {:>7}  {:<19} {}{chain}{ns}{line}",

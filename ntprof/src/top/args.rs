@@ -32,6 +32,7 @@ Examples:
   ntprof top -- ./prog args         a command and every process it starts
   ntprof top -p 1234                a running process and its descendants
   ntprof top --kernel               the kernel, system-wide (needs CAP_PERFMON)
+  ntprof top --cgroup PATH          every process of a cgroup (a container, a service)
   ntprof top --off-cpu -- ./server  with the off-CPU waits as sources (press e)
   ntprof top --duration 10 -- ./prog > top.txt
                                     ten seconds of plain tables";
@@ -42,6 +43,10 @@ pub struct TopArgs {
     /// Profile the kernel and its modules, system-wide (needs CAP_PERFMON or perf_event_paranoid <= 1).
     #[arg(short = 'k', long)]
     pub kernel: bool,
+    /// Profile every process of a cgroup v2 (a directory under the cgroup v2 mount, or a path relative to its
+    /// root as /proc/PID/cgroup shows it), those that join it later included, and nothing else.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["kernel", "pid"])]
+    pub cgroup: Option<String>,
     /// Profile running processes (a comma list) and, unless --no-inherit, their descendants.
     #[arg(short = 'p', long, value_name = "PID[,PID...]", value_delimiter = ',',
           value_parser = clap::value_parser!(u32).range(1..))]
@@ -77,6 +82,8 @@ pub enum Target {
     Pids(Vec<u32>),
     /// The kernel, system-wide.
     Kernel,
+    /// Every process of a cgroup.
+    Cgroup(String),
 }
 
 impl TopArgs {
@@ -118,7 +125,17 @@ impl TopArgs {
                 ),
             ));
         }
-        if !self.command.is_empty() {
+        if let Some(cg) = &self.cgroup {
+            if !self.command.is_empty() {
+                return Err(usage(
+                    ErrorKind::ArgumentConflict,
+                    "give one target to 'ntprof top': --cgroup PATH, or a command (use --duration to bound a \
+                     --cgroup view)"
+                        .to_string(),
+                ));
+            }
+            Ok(Target::Cgroup(cg.clone()))
+        } else if !self.command.is_empty() {
             Ok(Target::Command(self.command.clone()))
         } else if !self.pid.is_empty() {
             Ok(Target::Pids(self.pid.clone()))
@@ -127,7 +144,8 @@ impl TopArgs {
         } else {
             Err(usage(
                 ErrorKind::MissingRequiredArgument,
-                "no target: 'ntprof top -- CMD [ARGS]', 'ntprof top -p PID[,PID]' or 'ntprof top --kernel'"
+                "no target: 'ntprof top -- CMD [ARGS]', 'ntprof top -p PID[,PID]', 'ntprof top --cgroup PATH' \
+                 or 'ntprof top --kernel'"
                     .to_string(),
             ))
         }
@@ -139,6 +157,7 @@ impl TopArgs {
         let mut o = RecordOptions::command(self.command.iter().cloned());
         o.kernel = self.kernel;
         o.pid = self.pid.clone();
+        o.cgroup = self.cgroup.clone();
         o.profile = self.profile.options();
         o
     }

@@ -96,6 +96,7 @@ fn target_label(a: &TopArgs, target: &Target) -> String {
             format!("pid {}{tree}", list.join(","))
         }
         Target::Kernel => "kernel (system-wide)".to_string(),
+        Target::Cgroup(c) => format!("cgroup {c}"),
     }
 }
 
@@ -125,7 +126,7 @@ fn ending(result: &Result<Outcome, Failure>, sink: &Sink, target: &Target) -> (S
                 (format!("ended: {} {how}", c[0]), o.exit)
             }
             Target::Pids(_) => ("ended: the processes exited".to_string(), o.exit),
-            Target::Kernel => ("ended".to_string(), o.exit),
+            Target::Kernel | Target::Cgroup(_) => ("ended".to_string(), o.exit),
         },
     }
 }

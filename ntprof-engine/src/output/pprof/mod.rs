@@ -17,7 +17,8 @@
 //! address, then each caller at its return address − 1), leaf first, so that `pprof -top -cum`, `-peek`, `-tree`
 //! and `-traces` show callers and inclusive time. A stack whose walk was cut short ends in a `[truncated]`
 //! frame, a frame-pointer chain that ended at no thread's or program's entry in `[fp chain ended]`; each sample
-//! carries its process's `command` and `pid` as labels.
+//! carries its process's `command` and `pid` as labels, and its `cgroup` (v2 path) and `container_id` (the 64-hex
+//! id of a Docker, containerd, CRI-O or Podman container) where known.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -108,21 +109,37 @@ impl Builder {
     }
 }
 
-/// The labels of a sample: `pid` (numeric) and `command` (string), for `pprof -tags` and `-tagfocus`.
-fn labels(b: &mut Builder, pid: u32, command: &str) -> Vec<Label> {
+/// The labels of a sample: `pid` (numeric) and `command` (string), for `pprof -tags` and `-tagfocus`; and its
+/// process's `cgroup` and `container_id` where known, so that a backend can select one container.
+fn labels(
+    b: &mut Builder,
+    pid: u32,
+    command: &str,
+    process: Option<&crate::report::ProcessReport>,
+) -> Vec<Label> {
     let mut labels = vec![Label {
         key: b.string("pid"),
         str: 0,
         num: i64::from(pid),
         num_unit: 0,
     }];
-    if !command.is_empty() {
-        labels.push(Label {
-            key: b.string("command"),
-            str: b.string(command),
-            num: 0,
-            num_unit: 0,
-        });
+    let text = [
+        ("command", Some(command).filter(|c| !c.is_empty())),
+        ("cgroup", process.and_then(|p| p.cgroup.as_deref())),
+        (
+            "container_id",
+            process.and_then(|p| p.container_id.as_deref()),
+        ),
+    ];
+    for (key, value) in text {
+        if let Some(value) = value {
+            labels.push(Label {
+                key: b.string(key),
+                str: b.string(value),
+                num: 0,
+                num_unit: 0,
+            });
+        }
     }
     labels
 }
@@ -178,10 +195,17 @@ pub fn profile(report: &Report) -> Profile {
         };
         first += if columns.single { 1 } else { 2 };
         if source.stacks.is_empty() {
-            bucket_samples(&mut b, source, &mapping_of, columns, &mut samples);
+            bucket_samples(&mut b, report, source, &mapping_of, columns, &mut samples);
         } else {
             let fp = report.fp_stacks();
-            stack_samples(&mut b, source, &mapping_of, (columns, fp), &mut samples);
+            stack_samples(
+                &mut b,
+                report,
+                source,
+                &mapping_of,
+                (columns, fp),
+                &mut samples,
+            );
         }
         outside_samples(&mut b, report, source, columns, &mut samples);
     }
@@ -353,6 +377,7 @@ fn frame_lines(
 /// One sample per non-zero bucket of `source`, on its location, labelled with its process.
 fn bucket_samples(
     b: &mut Builder,
+    report: &Report,
     source: &SourceReport,
     mapping_of: &HashMap<&str, u64>,
     columns: Columns,
@@ -376,7 +401,12 @@ fn bucket_samples(
         samples.push(Sample {
             location_id: vec![location],
             value: columns.values(bucket.samples),
-            label: labels(b, bucket.pid, &bucket.command),
+            label: labels(
+                b,
+                bucket.pid,
+                &bucket.command,
+                report.processes.get(bucket.process as usize),
+            ),
         });
     }
 }
@@ -385,6 +415,7 @@ fn bucket_samples(
 /// was cut short ending in a `[truncated]` location, a frame-pointer chain that ended early in `[fp chain ended]`.
 fn stack_samples(
     b: &mut Builder,
+    report: &Report,
     source: &SourceReport,
     mapping_of: &HashMap<&str, u64>,
     (columns, fp): (Columns, bool),
@@ -415,7 +446,12 @@ fn stack_samples(
         samples.push(Sample {
             location_id: ids,
             value: columns.values(stack.samples),
-            label: labels(b, stack.pid, &stack.command),
+            label: labels(
+                b,
+                stack.pid,
+                &stack.command,
+                report.processes.get(stack.process as usize),
+            ),
         });
     }
 }
@@ -440,15 +476,13 @@ fn outside_samples(
     });
     let mut left = source.stats.outside;
     for p in source.processes.iter().filter(|p| p.outside > 0) {
-        let command = report
-            .processes
-            .get(p.process as usize)
-            .map_or("", |r| r.command.as_str());
+        let process = report.processes.get(p.process as usize);
+        let command = process.map_or("", |r| r.command.as_str());
         left = left.saturating_sub(p.outside);
         samples.push(Sample {
             location_id: vec![location],
             value: columns.values(p.outside),
-            label: labels(b, p.pid, command),
+            label: labels(b, p.pid, command, process),
         });
     }
     if left > 0 {

@@ -20,6 +20,8 @@ fn process(id: u32, command: &str, line: &str) -> ProcessReport {
         started_ms: 0.0,
         ended_ms: None,
         ended: "exited".into(),
+        cgroup: None,
+        container_id: None,
     }
 }
 
