@@ -55,7 +55,8 @@
 //! they mapped or exec'ed before, from `/proc`), closes the rings of threads that exited, lists the threads again
 //! every 500 ms, and reports what late tasks ran before their events opened as lost (see `per_thread`).
 //! `NTPROFILE_EVENTS=thread-cpu`, `per-thread` or `cpu-filtered` forces one. A global sampler opens one event
-//! per CPU for every task (`cpu`). [`Sampler::event_usage`] tells which. Samples carry `IP|TID|TIME|CPU` (+`CALLCHAIN`,
+//! per CPU for every task (`cpu`), a sampler of a cgroup ([`SamplerBuilder::cgroup`]) one per CPU on the
+//! cgroup, which the kernel filters (`cgroup`). [`Sampler::event_usage`] tells which. Samples carry `IP|TID|TIME|CPU` (+`CALLCHAIN`,
 //! +`REGS_USER|STACK_USER`); every record carries pid, tid, time and CPU (`sample_id_all`); times are
 //! `CLOCK_MONOTONIC` nanoseconds ([`sampler_clock_ns`]). A source the kernel samples in its own code (context
 //! switches, CPU migrations) also takes kernel samples with `REGS_USER`, and a user-space sampler reports each

@@ -10,6 +10,14 @@ pub fn cgroup_of(pid: u32) -> Option<String> {
     v2_path(&text).map(str::to_string)
 }
 
+/// At an exec of process `p`: its cgroup read again while it runs the new program (a runtime moves a
+/// container's first process into the container's cgroup before its exec); kept as it was when it is gone.
+pub fn exec_read(p: &mut super::procs::Process) {
+    if let Some(cg) = cgroup_of(p.pid) {
+        p.cgroup = Some(cg);
+    }
+}
+
 /// The path of the `0::PATH` line (the cgroup v2 hierarchy) of a `/proc/PID/cgroup` text. A process of a cgroup
 /// that was removed while it ran reads `PATH (deleted)`: the path is kept without the suffix.
 pub fn v2_path(text: &str) -> Option<&str> {

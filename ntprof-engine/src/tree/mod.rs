@@ -344,10 +344,7 @@ impl Tracker {
                 if exec {
                     self.processes.exec(p, &comm);
                     self.unwinding.forget(p);
-                    // A program exec'd into a container's cgroup (a runtime moves its init there first).
-                    if let Some(cg) = cgroup::cgroup_of(pid) {
-                        self.processes.list[p as usize].cgroup = Some(cg);
-                    }
+                    cgroup::exec_read(&mut self.processes.list[p as usize]);
                     // The full command line: as read when the record was read, else now if the process
                     // still runs this image.
                     let line = self

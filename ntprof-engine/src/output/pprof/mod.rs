@@ -27,10 +27,12 @@ use flate2::Compression;
 use flate2::write::GzEncoder;
 use prost::Message;
 
+mod labels;
 mod proto;
 pub use proto::*;
 
 use crate::report::{Frame, ModuleReport, Report, SourceReport};
+use labels::labels;
 
 /// The name of the function the outside samples are shown under.
 pub const OUTSIDE: &str = "[outside profiled modules]";
@@ -107,41 +109,6 @@ impl Builder {
         self.location_index.insert((mapping_id, address), id);
         id
     }
-}
-
-/// The labels of a sample: `pid` (numeric) and `command` (string), for `pprof -tags` and `-tagfocus`; and its
-/// process's `cgroup` and `container_id` where known, so that a backend can select one container.
-fn labels(
-    b: &mut Builder,
-    pid: u32,
-    command: &str,
-    process: Option<&crate::report::ProcessReport>,
-) -> Vec<Label> {
-    let mut labels = vec![Label {
-        key: b.string("pid"),
-        str: 0,
-        num: i64::from(pid),
-        num_unit: 0,
-    }];
-    let text = [
-        ("command", Some(command).filter(|c| !c.is_empty())),
-        ("cgroup", process.and_then(|p| p.cgroup.as_deref())),
-        (
-            "container_id",
-            process.and_then(|p| p.container_id.as_deref()),
-        ),
-    ];
-    for (key, value) in text {
-        if let Some(value) = value {
-            labels.push(Label {
-                key: b.string(key),
-                str: b.string(value),
-                num: 0,
-                num_unit: 0,
-            });
-        }
-    }
-    labels
 }
 
 /// Saturating conversion for values pprof stores as int64.
