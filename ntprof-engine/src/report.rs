@@ -97,11 +97,11 @@ pub struct CgroupInfo {
     pub rescan_ms: u64,
     /// Processes found in the cgroup (and the cgroups below it) at the start.
     pub at_start: u64,
-    /// Processes that joined it during the run and were profiled from then on (`following`: found at a
-    /// rescan; `kernel-filter`: first seen in a record).
+    /// Processes that joined it during the run and were profiled from then on (`following`: found on two
+    /// reads of `cgroup.procs` in a row; `kernel-filter`: first seen in a record).
     pub joined: u64,
-    /// `following`: processes that left it during the run, whose samples from the rescan that saw them gone
-    /// on were not counted.
+    /// `following`: processes that left it during the run, whose samples from the read that saw them gone on
+    /// were not counted; 0 for `kernel-filter` (a task that leaves is no longer sampled, and not counted).
     pub left: u64,
 }
 

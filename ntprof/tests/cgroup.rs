@@ -1,8 +1,9 @@
 //! `--cgroup PATH`: a cgroup made here (under the cgroup v2 mount, a unique name, removed after) with two
-//! working processes in it and one outside it, and a third that joins it during the run: the report holds exactly
-//! the three, their samples in the CPU shares they were designed to burn (`tests/c/cgroup_spin.c`), and nothing
-//! of the outsider; as root (the kernel's cgroup filter). And the errors: a cgroup that does not exist, a
-//! relative path resolved against the cgroup v2 root.
+//! working processes in it and one outside it, a third that joins it during the run and a fourth that leaves it:
+//! the report holds exactly those four, the samples of the three in the CPU shares they were designed to burn
+//! (`tests/c/cgroup_spin.c`), none of the leaver's after it left, nothing of the outsider; as root (the kernel's
+//! cgroup filter) and as nobody with the cgroup delegated to it (its processes followed). And the errors: a
+//! cgroup that does not exist, a relative path resolved against the cgroup v2 root.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -144,25 +145,27 @@ impl Scene {
     }
 }
 
-/// The scenario: `a` and `b` in the cgroup from the start, `c` moved in 300 ms after the run began, `outside`
-/// burning beside them the whole time. Returns the JSON report and the pids (a, b, c, outside).
+/// The scenario: `a`, `b` and `l` in the cgroup from the start, `c` moved in and `l` moved out 300 ms after the
+/// run began, `outside` burning beside them the whole time. Returns the JSON report and the pids (a, b, c, l,
+/// outside).
 fn cgroup_run(
     tag: &str,
     unprivileged: bool,
     spelling: impl Fn(&Path) -> String,
-) -> (Value, [u32; 4]) {
+) -> (Value, [u32; 5]) {
     let mut s = scene(tag, unprivileged);
     let a = s.start("a", BURN_MS[0].1, true, unprivileged);
     let b = s.start("b", BURN_MS[1].1, true, unprivileged);
     let c = s.start("c", BURN_MS[2].1, false, unprivileged);
+    let l = s.start("l", 200.0, true, unprivileged);
     let outside = s.start("outside", 0.0, false, unprivileged);
-    // Both inside before the run starts (the shell moves itself, then execs the worker).
+    // a, b and l inside before the run starts (the shell moves itself, then execs the worker).
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::fs::read_to_string(s.cgroup.join("cgroup.procs"))
         .unwrap()
         .lines()
         .count()
-        < 2
+        < 3
     {
         assert!(
             Instant::now() < deadline,
@@ -172,7 +175,9 @@ fn cgroup_run(
     }
     let work = s.work.clone();
     let procs = s.cgroup.join("cgroup.procs");
-    // The mover: once the run has begun (the command made `go`), c joins the cgroup, then may burn.
+    let root_procs = v2_mount().join("cgroup.procs");
+    // The mover: once the run has begun (the command made `go`), c joins the cgroup and l leaves it; each then
+    // waits 2 s before it burns.
     let mover = std::thread::spawn(move || {
         let deadline = Instant::now() + LIMIT;
         while !work.join("go").exists() && Instant::now() < deadline {
@@ -180,11 +185,13 @@ fn cgroup_run(
         }
         std::thread::sleep(Duration::from_millis(300));
         std::fs::write(&procs, c.to_string()).expect("move c into the cgroup");
+        std::fs::write(&root_procs, l.to_string()).expect("move l out of the cgroup");
         std::fs::write(work.join("moved"), "").unwrap();
+        std::fs::write(work.join("moved_out"), "").unwrap();
     });
     let json = s.work.join("report.json");
-    let script = "touch go; while [ ! -e done_a ] || [ ! -e done_b ] || [ ! -e done_c ]; do sleep 0.05; done; \
-                  touch done_all";
+    let script = "touch go; while [ ! -e done_a ] || [ ! -e done_b ] || [ ! -e done_c ] || [ ! -e done_l ]; \
+                  do sleep 0.05; done; touch done_all";
     let out = run_bounded(
         ntprof_command(unprivileged)
             .current_dir(&s.work)
@@ -204,23 +211,24 @@ fn cgroup_run(
         String::from_utf8_lossy(&out.stderr)
     );
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    (report, [a, b, c, outside])
+    (report, [a, b, c, l, outside])
 }
 
-/// What every mechanism must give: exactly a, b and c, each labelled with the cgroup; their samples in the
-/// designed shares; nothing of the outsider.
-fn check(report: &Value, pids: [u32; 4], name: &str, mechanism: &str) {
+/// What every mechanism must give: exactly a, b, c and l, each labelled with the cgroup (l, which left, with
+/// the cgroup it was first seen in); the samples of a, b and c in the designed shares; none of l after it left;
+/// nothing of the outsider.
+fn check(report: &Value, pids: [u32; 5], name: &str, mechanism: &str) {
     let cg = &report["run"]["cgroup"];
     assert_eq!(cg["mechanism"], mechanism, "{cg}");
     assert_eq!(cg["path"], format!("/{name}"), "{cg}");
     let procs = report["processes"].as_array().unwrap();
     let mut listed: Vec<u32> = procs.iter().map(|p| u(&p["pid"]) as u32).collect();
     listed.sort_unstable();
-    let mut want = pids[..3].to_vec();
+    let mut want = pids[..4].to_vec();
     want.sort_unstable();
     assert_eq!(
         listed, want,
-        "the report lists exactly a, b and c: {procs:?}"
+        "the report lists exactly a, b, c and l: {procs:?}"
     );
     for p in procs {
         assert_eq!(p["cgroup"], format!("/{name}"), "{p}");
@@ -228,6 +236,11 @@ fn check(report: &Value, pids: [u32; 4], name: &str, mechanism: &str) {
     let timer = &report["sources"][0];
     let samples = |f: &str| common::function_samples(timer, f);
     assert_eq!(samples("burn_outside"), 0, "no sample of the outsider");
+    assert_eq!(
+        samples("burn_l"),
+        0,
+        "no sample of l after it left the cgroup"
+    );
     let got: Vec<u64> = ["burn_a", "burn_b", "burn_c"]
         .iter()
         .map(|f| samples(f))
@@ -273,6 +286,24 @@ fn root_kernel_filter_holds_exactly_the_cgroup() {
     check(&report, pids, &name, "kernel-filter");
     assert_eq!(u(&report["run"]["cgroup"]["joined"]), 1, "c joined");
     assert_eq!(report["run"]["events"]["mode"], "cgroup");
+}
+
+#[test]
+fn unprivileged_following_holds_exactly_the_cgroup() {
+    if !can_run() {
+        return;
+    }
+    let tag = "nobody";
+    let name = format!("ntprof-test-{}-{tag}", std::process::id());
+    // The cgroup's directory, as the file system has it.
+    let (report, pids) = cgroup_run(tag, true, |dir| dir.to_string_lossy().into_owned());
+    check(&report, pids, &name, "following");
+    let cg = &report["run"]["cgroup"];
+    assert_eq!(
+        (u(&cg["joined"]), u(&cg["left"]), u(&cg["rescan_ms"])),
+        (1, 1, 250),
+        "c joined, l left: {cg}"
+    );
 }
 
 #[test]

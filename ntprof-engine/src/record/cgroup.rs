@@ -129,7 +129,7 @@ pub fn resolve_in(arg: &str, mountinfo: &str) -> Result<Cgroup, Failure> {
     };
     let rel = rel.to_string_lossy();
     let path = match (root.trim_end_matches('/'), rel.trim_matches('/')) {
-        (r, "") if r.is_empty() => "/".to_string(),
+        ("", "") => "/".to_string(),
         (r, "") => r.to_string(),
         (r, rel) => format!("{r}/{rel}"),
     };
@@ -165,8 +165,8 @@ pub fn resolve(arg: &str) -> Result<Cgroup, Failure> {
     resolve_in(arg, &mountinfo)
 }
 
-/// The processes of the cgroup at `dir` and of every cgroup below it (their `cgroup.procs`), sorted; a cgroup
-/// removed meanwhile has none.
+/// The processes of the cgroup at `dir` and of every cgroup below it (their `cgroup.procs`), sorted, ntprof's
+/// own left out; a cgroup removed meanwhile has none.
 pub fn procs_of(dir: &Path) -> Vec<u32> {
     let mut pids = Vec::new();
     let mut dirs = vec![dir.to_path_buf()];
@@ -185,7 +185,17 @@ pub fn procs_of(dir: &Path) -> Vec<u32> {
     }
     pids.sort_unstable();
     pids.dedup();
+    pids.retain(|&p| p != std::process::id());
     pids
+}
+
+/// Process `pid`, profiled from `time` on, added to the model with what it mapped before (later mappings come
+/// as the kernel's records).
+pub(super) fn add_present(session: &mut Session, pid: u32, time: u64) {
+    let maps = space::read_executable_maps(pid).unwrap_or_default();
+    let comm = procs::comm(pid).unwrap_or_else(|| procs::unknown_comm(pid));
+    let ppid = procs::parent_pid(pid).unwrap_or(0);
+    session.tracker.add_process(pid, ppid, &comm, &maps, time);
 }
 
 /// The checks every mode of a `--cgroup` run makes before anything starts.
@@ -225,12 +235,7 @@ pub fn run(
     // a process that joins later is read from /proc at its first record).
     let present = procs_of(&cg.dir);
     for &pid in &present {
-        let maps = space::read_executable_maps(pid).unwrap_or_default();
-        let comm = procs::comm(pid).unwrap_or_else(|| procs::unknown_comm(pid));
-        let ppid = procs::parent_pid(pid).unwrap_or(0);
-        session
-            .tracker
-            .add_process(pid, ppid, &comm, &maps, start_ns);
+        add_present(&mut session, pid, start_ns);
     }
     let late_before = session.tracker.late_processes;
     session.tracker.run_start_ns = start_ns;
@@ -269,6 +274,7 @@ pub fn run(
         progress,
         t0,
         cutter.as_mut().map(|c| (c, None)),
+        &mut |_| Ok(()),
     )?;
     let duration = t0.elapsed();
     session.finish()?;

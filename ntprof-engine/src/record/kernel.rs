@@ -80,6 +80,7 @@ pub fn record_kernel(
         progress,
         t0,
         cutter.as_mut().map(|c| (c, Some(&kallsyms))),
+        &mut |_| Ok(()),
     )?;
     let duration = t0.elapsed();
     session.finish()?;
@@ -137,9 +138,10 @@ fn add_kernel_modules(session: &mut Session, kallsyms: &Kallsyms, stext: u64, et
     }
 }
 
-/// Read rounds until the command exits (forwarding signals), Ctrl-C (or SIGTERM, or SIGHUP), or `--duration`;
-/// returns why the run ended, the command's exit status and, after a hang-up (SIGHUP), when it came (seconds
-/// into the run).
+/// Read rounds until the command exits (forwarding signals), Ctrl-C (or SIGTERM, or SIGHUP), or `--duration`,
+/// calling `each` after every round; returns why the run ended, the command's exit status and, after a hang-up
+/// (SIGHUP), when it came (seconds into the run).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn wait_kernel(
     session: &mut Session,
     child: Option<&launch::Stopped>,
@@ -148,6 +150,7 @@ pub(super) fn wait_kernel(
     progress: &dyn Progress,
     t0: Instant,
     mut cutter: Option<(&mut Cutter<'_>, Option<&Kallsyms>)>,
+    each: &mut dyn FnMut(&mut Session) -> Result<(), Failure>,
 ) -> Result<(&'static str, Option<i32>, Option<f64>), Failure> {
     let mut ended = false;
     let mut hangup = None;
@@ -158,6 +161,7 @@ pub(super) fn wait_kernel(
             d.saturating_duration_since(Instant::now()).min(ROUND)
         });
         session.round(left)?;
+        each(session)?;
         if let Some(c) = child {
             match waitpid(c.pid, Some(WaitPidFlag::WNOHANG)) {
                 Ok(st @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => {

@@ -21,6 +21,7 @@
 mod attach;
 pub mod cgroup;
 mod cgroup_follow;
+mod checks;
 mod kernel;
 mod launch;
 mod notes;

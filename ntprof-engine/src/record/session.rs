@@ -6,11 +6,13 @@ use std::time::{Duration, Instant};
 
 use ntprofile::{ProfileSource, SampleRecord, Sampler, sampler_clock_ns};
 
+pub use super::checks::check_sources;
 use super::{EXIT_USAGE, Failure, explain};
 use crate::collect::SourceInfo;
 use crate::offcpu::OffCpu;
 use crate::options::{CallGraph, ProfileOptions};
 use crate::progress::SourceProgress;
+use crate::tree::hash::FastSet;
 use crate::tree::order::Order;
 use crate::tree::{Filter, Tracker};
 
@@ -51,6 +53,13 @@ impl Targets<'_> {
 /// The samplers of a run and the model they feed.
 pub struct Session {
     samplers: Vec<Sampler>,
+    /// Samplers opened later on processes that joined the run (`--cgroup` without the privilege), with the
+    /// index of their source.
+    joined: Vec<(usize, Sampler)>,
+    /// Processes whose samples are dropped as they are read (they left the cgroup of a `--cgroup` run).
+    left: FastSet<u32>,
+    /// The samples dropped so far for that.
+    pub left_samples: u64,
     /// The side-band sampler, woken at each record (`None`: the first sampler carries the side-band).
     sideband: Option<Sampler>,
     /// An exec read in the last round whose command line was not set up yet: the next round is fast.
@@ -83,94 +92,6 @@ pub struct Session {
     stats_base: Vec<(u64, u64)>,
 }
 
-/// Check the options that concern sources and processors; returns the distinct sources in order.
-pub fn check_sources(opts: &ProfileOptions) -> Result<Vec<ProfileSource>, Failure> {
-    if let Some(list) = &opts.cpus {
-        let online = ntprofile::affinity::online_cpus();
-        let offline: Vec<String> = list
-            .0
-            .iter()
-            .filter(|c| !online.contains(**c))
-            .map(usize::to_string)
-            .collect();
-        if !offline.is_empty() {
-            let on: Vec<String> = online.iter().map(|c| c.to_string()).collect();
-            return Err(Failure::new(
-                EXIT_USAGE,
-                format!(
-                    "--cpus: processor {} is not online (online: {})",
-                    offline.join(", "),
-                    on.join(",")
-                ),
-            ));
-        }
-    }
-    if opts.jitter > 0 {
-        return Err(Failure::new(
-            EXIT_USAGE,
-            format!(
-                "--jitter {}: 'record' and 'attach' sample with a fixed period, which cannot be jittered; the \
-                 period jitter is the library's, for NT profiles (NtSetJitter). Drop --jitter",
-                opts.jitter
-            ),
-        ));
-    }
-    if let Some(hz) = opts.freq {
-        if opts.intervals.iter().any(|i| i.source.is_none()) {
-            return Err(Failure::new(
-                EXIT_USAGE,
-                format!(
-                    "-F {hz} and --interval N both set the interval of the time sources: give one of them (or \
-                     --interval SOURCE=N for a source that counts events)"
-                ),
-            ));
-        }
-        if !opts
-            .sources
-            .iter()
-            .any(|s| s.interval_unit() == ntprofile::IntervalUnit::Time100ns)
-        {
-            return Err(Failure::new(
-                EXIT_USAGE,
-                format!(
-                    "-F {hz} sets how often time sources are sampled, and no source of this run is one: give \
-                     --interval N (events per sample) instead"
-                ),
-            ));
-        }
-    }
-    if let Some(source) = opts.interval_for_unused_source() {
-        let n = source.name();
-        return Err(Failure::new(
-            EXIT_USAGE,
-            format!("--interval {n}=...: {n} is not a source of this run (add --source {n})"),
-        ));
-    }
-    let mut unique: Vec<ProfileSource> = Vec::new();
-    for &s in &opts.sources {
-        if !unique.contains(&s) {
-            unique.push(s);
-        }
-    }
-    for &source in &unique {
-        let support = source.support();
-        if !support.is_supported() {
-            return Err(Failure::new(
-                EXIT_USAGE,
-                format!(
-                    "source {} ({:#x}) cannot be sampled on this machine: {}.\n  \
-                     Fix: pick a source that 'ntprof sources' lists as available here (Timer, task-clock, \
-                     page-faults, ...)",
-                    source.name(),
-                    source.to_raw(),
-                    support.reason()
-                ),
-            ));
-        }
-    }
-    Ok(unique)
-}
-
 impl Session {
     /// Open (disabled) one sampler per source of `opts` on `targets`. Side-band records (mappings, execs,
     /// forks, exits) come from a side-band sampler that wakes the wait at each record (`sideband`: a recorded
@@ -198,35 +119,8 @@ impl Session {
             _ => None,
         };
         for (i, &source) in sources.iter().enumerate() {
-            let mut b = Sampler::builder()
-                .source(source)
-                .kernel(kernel)
-                .sideband(i == 0 && sideband.is_none() && !matches!(targets, Targets::Global))
-                .inherit(follow && !matches!(targets, Targets::Global));
-            b = match targets {
-                Targets::Global => b.global(),
-                _ => targets.add_to(b),
-            };
-            if let Targets::Cgroup(_) = targets {
-                // Processor-wide events: nothing to inherit (a child created in the cgroup is in it).
-                b = b.inherit(false);
-            }
-            if let Some(interval) = opts.interval_for(source) {
-                b = b.interval(interval);
-            }
-            if let Some(list) = &opts.cpus {
-                b = b.cpus(list.0.iter().copied());
-            }
-            b = match opts.call_graph() {
-                None => b,
-                // The kernel's limit (perf_event_max_stack) caps it.
-                Some(CallGraph::Fp) => b.callchain(u16::MAX),
-                // The user stack is unwound here; the kernel's part of a stack only the kernel can walk.
-                Some(CallGraph::Dwarf(bytes)) => {
-                    let b = b.user_stack(bytes);
-                    if kernel { b.callchain(u16::MAX) } else { b }
-                }
-            };
+            let carries = i == 0 && sideband.is_none() && !matches!(targets, Targets::Global);
+            let b = builder_for(source, targets, opts, kernel, carries);
             let sampler = b
                 .build()
                 .map_err(|e| explain("creating the sampler", &e, first_pid))?;
@@ -282,6 +176,9 @@ impl Session {
         Ok(Session {
             events,
             samplers,
+            joined: Vec::new(),
+            left: FastSet::default(),
+            left_samples: 0,
             sideband,
             line_pending: false,
             asked: sources.iter().map(|&s| opts.interval_for(s)).collect(),
@@ -322,7 +219,13 @@ impl Session {
         } else {
             timeout
         };
-        let all: Vec<&Sampler> = self.sideband.iter().chain(&self.samplers).collect();
+        let joined = self.joined.iter().map(|(_, s)| s);
+        let all: Vec<&Sampler> = self
+            .sideband
+            .iter()
+            .chain(&self.samplers)
+            .chain(joined)
+            .collect();
         Sampler::wait_any(&all, timeout).map_err(|e| explain("waiting for samples", &e, None))?;
         let mut cutoff = sampler_clock_ns();
         if let Some(w) = &self.off_cpu {
@@ -347,13 +250,24 @@ impl Session {
         let order = &mut self.order;
         let tracker = &mut self.tracker;
         let own_exec = &mut self.own_exec;
+        let (left, left_samples) = (&self.left, &mut self.left_samples);
         let mut changed = false;
         let mut line_pending = false;
         // The side-band sampler's records count as the first source's (its lost records are mappings lost).
         let sideband = self.sideband.iter_mut().map(|s| (0usize, s));
-        for (i, s) in sideband.chain(self.samplers.iter_mut().enumerate()) {
+        let joined = self.joined.iter_mut().map(|(i, s)| (*i, s));
+        for (i, s) in sideband
+            .chain(self.samplers.iter_mut().enumerate())
+            .chain(joined)
+        {
             s.read(|r| {
                 match *r {
+                    SampleRecord::Sample(ref sample)
+                        if !left.is_empty() && left.contains(&sample.pid) =>
+                    {
+                        *left_samples += 1;
+                        return;
+                    }
                     SampleRecord::Comm {
                         pid,
                         time,
@@ -392,7 +306,8 @@ impl Session {
 
     /// Stop sampling, read what is left and apply everything.
     pub fn finish(&mut self) -> Result<(), Failure> {
-        for s in self.sideband.iter().chain(&self.samplers) {
+        let joined = self.joined.iter().map(|(_, s)| s);
+        for s in self.sideband.iter().chain(&self.samplers).chain(joined) {
             let _ = s.disable();
         }
         if let Some(w) = &mut self.off_cpu {
@@ -421,17 +336,61 @@ impl Session {
     /// the records said; the next window counts from here.
     pub fn settle_window_stats(&mut self) {
         self.stats_base.resize(self.samplers.len(), (0, 0));
-        for ((s, counts), base) in self
-            .samplers
-            .iter()
-            .zip(&mut self.tracker.sources)
+        let (samplers, joined) = (&self.samplers, &self.joined);
+        for (i, (counts, base)) in self
+            .tracker
+            .sources
+            .iter_mut()
             .zip(&mut self.stats_base)
+            .enumerate()
         {
-            let st = s.stats();
-            counts.lost = counts.lost.max(st.lost.saturating_sub(base.0));
-            counts.throttled = counts.throttled.max(st.throttled.saturating_sub(base.1));
-            *base = (st.lost, st.throttled);
+            // The source's sampler and those opened later on processes that joined.
+            let of_source = joined.iter().filter(|(j, _)| *j == i).map(|(_, s)| s);
+            let (lost, throttled) = samplers[i..=i]
+                .iter()
+                .chain(of_source)
+                .map(Sampler::stats)
+                .fold((0, 0), |(l, t), st| (l + st.lost, t + st.throttled));
+            counts.lost = counts.lost.max(lost.saturating_sub(base.0));
+            counts.throttled = counts.throttled.max(throttled.saturating_sub(base.1));
+            *base = (lost, throttled);
         }
+    }
+
+    /// Sample `processes` too from now on, and (following) every process they create: one more sampler per
+    /// source, enabled, the first carrying their side-band records (a `--cgroup` run without the privilege, when
+    /// processes join the cgroup).
+    ///
+    /// # Errors
+    /// The library's, when the samplers cannot be built (the process is another user's, or descriptors or
+    /// ring memory ran out).
+    pub fn add_processes(
+        &mut self,
+        processes: &[ntprofile::Process],
+        opts: &ProfileOptions,
+    ) -> Result<(), ntprofile::Error> {
+        let mut built = Vec::new();
+        for (i, info) in self.infos.iter().enumerate() {
+            let targets = Targets::Processes(processes);
+            let sampler = builder_for(info.source, targets, opts, false, i == 0).build()?;
+            sampler.enable()?;
+            built.push((i, sampler));
+        }
+        if let Some(e) = &mut self.events {
+            for (_, s) in &built {
+                let u = s.event_usage();
+                e.descriptors += u.descriptors as u64;
+                e.rings += u.rings as u64;
+                e.ring_bytes += u.ring_bytes as u64;
+            }
+        }
+        self.joined.extend(built);
+        Ok(())
+    }
+
+    /// The processes whose samples are dropped from now on, as they are read (they left the cgroup).
+    pub fn set_left(&mut self, left: FastSet<u32>) {
+        self.left = left;
     }
 
     /// True when every target and every process they started has exited (every event hung up).
@@ -457,6 +416,47 @@ impl Session {
                 }
             })
             .collect()
+    }
+}
+
+/// The sampler of `source` on `targets` for the options `opts` (`kernel`: kernel samples too; `sideband`: it
+/// carries the side-band records).
+fn builder_for(
+    source: ProfileSource,
+    targets: Targets<'_>,
+    opts: &ProfileOptions,
+    kernel: bool,
+    sideband: bool,
+) -> ntprofile::SamplerBuilder {
+    let follow = !opts.no_inherit;
+    let mut b = Sampler::builder()
+        .source(source)
+        .kernel(kernel)
+        .sideband(sideband)
+        .inherit(follow && !matches!(targets, Targets::Global));
+    b = match targets {
+        Targets::Global => b.global(),
+        _ => targets.add_to(b),
+    };
+    if let Targets::Cgroup(_) = targets {
+        // Processor-wide events: nothing to inherit (a child created in the cgroup is in it).
+        b = b.inherit(false);
+    }
+    if let Some(interval) = opts.interval_for(source) {
+        b = b.interval(interval);
+    }
+    if let Some(list) = &opts.cpus {
+        b = b.cpus(list.0.iter().copied());
+    }
+    match opts.call_graph() {
+        None => b,
+        // The kernel's limit (perf_event_max_stack) caps it.
+        Some(CallGraph::Fp) => b.callchain(u16::MAX),
+        // The user stack is unwound here; the kernel's part of a stack only the kernel can walk.
+        Some(CallGraph::Dwarf(bytes)) => {
+            let b = b.user_stack(bytes);
+            if kernel { b.callchain(u16::MAX) } else { b }
+        }
     }
 }
 

@@ -165,10 +165,15 @@ fn header(out: &mut String, report: &Report) {
             ),
             other => other.to_string(),
         };
+        // The kernel's filter counts no leaver: a task that leaves is simply no longer sampled.
+        let left = match c.mechanism.as_str() {
+            "following" => format!(", {} left", c.left),
+            _ => String::new(),
+        };
         let _ = writeln!(
             out,
-            "  cgroup: {} ({how}); {} processes at the start, {} joined, {} left",
-            c.path, c.at_start, c.joined, c.left
+            "  cgroup: {} ({how}); {} processes at the start, {} joined{left}",
+            c.path, c.at_start, c.joined
         );
     }
     for s in report.sources.iter().filter(|s| !s.is_off_cpu()) {

@@ -1,6 +1,7 @@
 /* The workers of tests/cgroup.rs: `cgroup_spin NAME MS DIR` waits for DIR/go (and, for `c`, for DIR/moved: the
- * test moves it into the cgroup first), burns MS milliseconds of its own CPU time in burn_NAME, then creates
- * DIR/done_NAME and exits. `outside` burns in burn_outside until DIR/done_all exists. The shares the test checks
+ * test moves it into the cgroup first; for `l`, for DIR/moved_out: the test moves it out of the cgroup; both then
+ * sleep 2 s, eight reads of cgroup.procs by a following ntprof), burns MS milliseconds of its own CPU time in
+ * burn_NAME, then creates DIR/done_NAME and exits. `outside` burns in burn_outside until DIR/done_all exists. The shares the test checks
  * are these CPU times, whatever the load: a sample is a slice of CPU time. */
 #include <fcntl.h>
 #include <stdio.h>
@@ -40,6 +41,7 @@ static double cpu_ms(void) {
 BURN(burn_a)
 BURN(burn_b)
 BURN(burn_c)
+BURN(burn_l)
 BURN(burn_outside)
 
 int main(int argc, char **argv) {
@@ -54,12 +56,16 @@ int main(int argc, char **argv) {
             burn_outside(20);
         return 0;
     }
-    if (strcmp(name, "c") == 0)
-        wait_for("moved");
+    if (strcmp(name, "c") == 0 || strcmp(name, "l") == 0) {
+        wait_for(strcmp(name, "c") == 0 ? "moved" : "moved_out");
+        sleep(2);
+    }
     if (strcmp(name, "a") == 0)
         burn_a(ms);
     else if (strcmp(name, "b") == 0)
         burn_b(ms);
+    else if (strcmp(name, "l") == 0)
+        burn_l(ms);
     else
         burn_c(ms);
     char done[64];
