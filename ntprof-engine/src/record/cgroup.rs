@@ -216,6 +216,28 @@ fn check(r: &CgroupRun<'_>) -> Result<Cgroup, Failure> {
     resolve(r.arg)
 }
 
+/// `ntprof record --cgroup PATH [--duration S | -- CMD]`.
+pub(super) fn record(
+    args: &crate::options::RecordOptions,
+    progress: &dyn Progress,
+    windows: Option<Windows<'_>>,
+) -> Result<Outcome, Failure> {
+    if !args.pid.is_empty() || args.kernel {
+        return Err(Failure::new(
+            EXIT_USAGE,
+            "--cgroup names the processes to profile: give it without -p/--pid and --kernel",
+        ));
+    }
+    let run = CgroupRun {
+        arg: args.cgroup.as_deref().unwrap_or_default(),
+        command: &args.command,
+        duration: args.duration,
+        profile: &args.profile,
+        mode: "record",
+    };
+    self::run(&run, progress, windows)
+}
+
 /// A `--cgroup` run (see the module's documentation).
 pub fn run(
     r: &CgroupRun<'_>,

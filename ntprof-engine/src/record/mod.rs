@@ -303,21 +303,8 @@ fn record_in(
     progress: &dyn Progress,
     windows: Option<Windows<'_>>,
 ) -> Result<Outcome, Failure> {
-    if let Some(arg) = &args.cgroup {
-        if !args.pid.is_empty() || args.kernel {
-            return Err(Failure::new(
-                EXIT_USAGE,
-                "--cgroup names the processes to profile: give it without -p/--pid and --kernel",
-            ));
-        }
-        let run = cgroup::CgroupRun {
-            arg,
-            command: &args.command,
-            duration: args.duration,
-            profile: &args.profile,
-            mode: "record",
-        };
-        return cgroup::run(&run, progress, windows);
+    if args.cgroup.is_some() {
+        return cgroup::record(args, progress, windows);
     }
     if !args.pid.is_empty() {
         return record_pids(args, progress, windows);

@@ -157,6 +157,35 @@ fn samples_carry_pid_and_command_labels_and_the_executable_is_the_first_mapping(
     }
 }
 
+/// A process's cgroup and container id label every sample of it (a push's backend selects a container by
+/// them); a process without them adds no such label.
+#[test]
+fn samples_carry_the_cgroup_and_container_labels_of_their_process() {
+    let id = "3f2a9c1d8e7b6a5f4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c9b8a7f6e5d4c3b2a10";
+    let label = |p: &Profile, key: &str| -> Vec<String> {
+        let st = |i: i64| p.string_table[i as usize].clone();
+        p.sample
+            .iter()
+            .filter_map(|s| s.label.iter().find(|l| st(l.key) == key).map(|l| st(l.str)))
+            .collect()
+    };
+    let plain = decode(&render(&fixture::report()).unwrap());
+    assert!(label(&plain, "cgroup").is_empty() && label(&plain, "container_id").is_empty());
+    let mut report = fixture::report();
+    report.processes[0].cgroup = Some(format!("/system.slice/docker-{id}.scope"));
+    report.processes[0].container_id = Some(id.to_string());
+    let p = decode(&render(&report).unwrap());
+    let (cgroups, ids) = (label(&p, "cgroup"), label(&p, "container_id"));
+    assert_eq!(cgroups.len(), p.sample.len(), "every sample has its cgroup");
+    assert!(
+        cgroups
+            .iter()
+            .all(|c| *c == format!("/system.slice/docker-{id}.scope"))
+    );
+    assert_eq!(ids.len(), p.sample.len(), "every sample has its container");
+    assert!(ids.iter().all(|c| c == id));
+}
+
 #[test]
 fn call_stacks_are_one_location_per_frame_leaf_first_with_truncation_marked() {
     let report = fixture::report_with_stacks();
