@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use ntprofile::{NtStatus, Process, sampler_clock_ns};
 
-use super::cgroup::{Cgroup, CgroupRun, add_present, procs_of};
+use super::cgroup_path::{Cgroup, CgroupRun, add_present, procs_of};
 use super::session::{Session, Targets};
 use super::windows::{Cutter, Windows};
 use super::{EXIT_FAILURE, Failure, Outcome, kernel, launch, notes};

@@ -21,6 +21,8 @@
 mod attach;
 pub mod cgroup;
 mod cgroup_follow;
+mod cgroup_kernel;
+mod cgroup_path;
 mod checks;
 mod kernel;
 mod launch;
