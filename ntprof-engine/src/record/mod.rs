@@ -20,9 +20,6 @@
 
 mod attach;
 pub mod cgroup;
-mod cgroup_follow;
-mod cgroup_kernel;
-mod cgroup_path;
 mod checks;
 mod kernel;
 mod launch;

@@ -32,7 +32,7 @@ Examples:
   ntprof top -- ./prog args         a command and every process it starts
   ntprof top -p 1234                a running process and its descendants
   ntprof top --kernel               the kernel, system-wide (needs CAP_PERFMON)
-  ntprof top --cgroup PATH          every process of a cgroup (a container, a service)
+  ntprof top --cgroup PATH          every process of a cgroup (a container)
   ntprof top --off-cpu -- ./server  with the off-CPU waits as sources (press e)
   ntprof top --duration 10 -- ./prog > top.txt
                                     ten seconds of plain tables";

@@ -365,15 +365,11 @@ fn bucket_samples(
             }
             lines
         });
+        let process = report.processes.get(bucket.process as usize);
         samples.push(Sample {
             location_id: vec![location],
             value: columns.values(bucket.samples),
-            label: labels(
-                b,
-                bucket.pid,
-                &bucket.command,
-                report.processes.get(bucket.process as usize),
-            ),
+            label: labels(b, bucket.pid, &bucket.command, process),
         });
     }
 }
@@ -410,15 +406,11 @@ fn stack_samples(
                 }]
             }));
         }
+        let process = report.processes.get(stack.process as usize);
         samples.push(Sample {
             location_id: ids,
             value: columns.values(stack.samples),
-            label: labels(
-                b,
-                stack.pid,
-                &stack.command,
-                report.processes.get(stack.process as usize),
-            ),
+            label: labels(b, stack.pid, &stack.command, process),
         });
     }
 }

@@ -6,10 +6,10 @@ use std::time::Instant;
 
 use ntprofile::sampler_clock_ns;
 
-use super::cgroup_path::{Cgroup, CgroupRun, add_present, procs_of};
-use super::session::{Session, Targets};
-use super::windows::{Cutter, Windows};
-use super::{Failure, Outcome, kernel, launch, notes};
+use super::super::session::{Session, Targets};
+use super::super::windows::{Cutter, Windows};
+use super::super::{Failure, Outcome, kernel, launch, notes};
+use super::path::{Cgroup, CgroupRun, add_present, procs_of};
 use crate::collect;
 use crate::progress::Progress;
 use crate::report::CgroupInfo;
@@ -97,7 +97,7 @@ pub(super) fn run(
     ));
     let report = match &mut cutter {
         Some(c) => c.last(&mut session, run, None, &Vec::new()),
-        None => super::finish_report(&session, run, None, &Vec::new()),
+        None => super::super::finish_report(&session, run, None, &Vec::new()),
     };
     Ok(Outcome {
         report,

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::session::Session;
-use super::{EXIT_FAILURE, EXIT_USAGE, Failure};
+use super::super::session::Session;
+use super::super::{EXIT_FAILURE, EXIT_USAGE, Failure};
 use crate::options::ProfileOptions;
 use crate::tree::{procs, space};
 

@@ -11,10 +11,10 @@ use std::time::{Duration, Instant};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use ntprofile::{NtStatus, Process, sampler_clock_ns};
 
-use super::cgroup_path::{Cgroup, CgroupRun, add_present, procs_of};
-use super::session::{Session, Targets};
-use super::windows::{Cutter, Windows};
-use super::{EXIT_FAILURE, Failure, Outcome, kernel, launch, notes};
+use super::super::session::{Session, Targets};
+use super::super::windows::{Cutter, Windows};
+use super::super::{EXIT_FAILURE, Failure, Outcome, kernel, launch, notes};
+use super::path::{Cgroup, CgroupRun, add_present, procs_of};
 use crate::collect;
 use crate::options::ProfileOptions;
 use crate::progress::Progress;
@@ -156,7 +156,7 @@ pub fn run(
     if r.profile.off_cpu {
         // The off-CPU watcher follows the processes of the start only.
         return Err(Failure::new(
-            super::EXIT_USAGE,
+            super::super::EXIT_USAGE,
             "--off-cpu with --cgroup: drop --off-cpu (the processes that join a cgroup are sampled by samplers \
              of their own, which carry no off-CPU watch), or profile the cgroup's processes with -p PID",
         ));
@@ -294,7 +294,7 @@ pub fn run(
     }
     let report = match &mut cutter {
         Some(c) => c.last(&mut session, run, None, &Vec::new()),
-        None => super::finish_report(&session, run, None, &Vec::new()),
+        None => super::super::finish_report(&session, run, None, &Vec::new()),
     };
     Ok(Outcome {
         report,

@@ -5,16 +5,20 @@
 //! says it is mounted), or a path relative to its root, as perf's `-G` takes it and as `/proc/PID/cgroup`
 //! shows it (`/system.slice/x.service` or `system.slice/x.service`). With the privilege to observe every task
 //! (CAP_PERFMON, CAP_SYS_ADMIN, `kernel.perf_event_paranoid` 0 or less) the kernel filters processor-wide
-//! events by cgroup (`kernel-filter`, in `cgroup_kernel`); without it the cgroup's processes are followed
-//! (`following`, in `cgroup_follow`); PATH is resolved in `cgroup_path`. The run ends at `--duration`, Ctrl-C, or the exit of a command given after `--`
+//! events by cgroup (`kernel-filter`, in `kernel`); without it the cgroup's processes are followed
+//! (`following`, in `follow`); PATH is resolved in `path`. The run ends at `--duration`, Ctrl-C, or the exit of a command given after `--`
 //! (`record --cgroup PATH -- sleep 10`, as `perf record -a -G PATH -- sleep 10`), which bounds it and is not
 //! profiled unless it runs in the cgroup.
 
-use super::cgroup_path::check;
-pub use super::cgroup_path::{Cgroup, CgroupRun, procs_of, resolve, resolve_in};
+mod follow;
+mod kernel;
+mod path;
+
 use super::windows::Windows;
 use super::{EXIT_USAGE, Failure, Outcome};
 use crate::progress::Progress;
+use path::check;
+pub use path::{Cgroup, CgroupRun, procs_of, resolve, resolve_in};
 
 /// `ntprof record --cgroup PATH [--duration S | -- CMD]`.
 pub(super) fn record(
@@ -46,8 +50,8 @@ pub fn run(
 ) -> Result<Outcome, Failure> {
     let cg = check(r)?;
     if ntprofile::target::has_system_profile_privilege() {
-        super::cgroup_kernel::run(r, &cg, progress, windows)
+        kernel::run(r, &cg, progress, windows)
     } else {
-        super::cgroup_follow::run(r, &cg, progress, windows)
+        follow::run(r, &cg, progress, windows)
     }
 }
