@@ -322,8 +322,9 @@ fn report_of_a_pprof_profile_says_what_it_reads() {
     assert!(!err.contains("UTF-8"), "{err}");
 }
 
-/// `--off-cpu` records frame-pointer stacks by default: where they end early (a distribution binary blocked in
-/// libc) the notes say how much, and the fix.
+/// `--off-cpu` turns on frame-pointer stacks by default: where the CPU samples' end early (a program built
+/// without frame pointers) the notes say how much, and the fix; a stack that passed an entry is whole in every
+/// source (the waits' stacks, unwound from a copy with CFI, reach `_start`).
 #[test]
 fn off_cpu_fp_stacks_that_end_early_are_explained() {
     let json = scratch("off.json");
@@ -336,13 +337,12 @@ fn off_cpu_fp_stacks_that_end_early_are_explained() {
         "-o",
         "/dev/null",
         "--",
-        "sleep",
-        "0.2",
+        programs().join("leaf_nofp").to_str().unwrap(),
     ]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let report = read_json(&json);
     // Whether a stack ended early, read from its frames: a whole walk reaches a thread's or program's entry
-    // (Debian's sleep has no frame pointers: its waits end in libc; a distribution built with them reaches one).
+    // (a program and a libc built with frame pointers reach one; see below for this one).
     let origin = |f: &str| {
         f.starts_with("__libc_start")
             || f.starts_with("clone")
@@ -357,26 +357,29 @@ fn off_cpu_fp_stacks_that_end_early_are_explained() {
             .contains(&f)
     };
     let mut ended = false;
-    for s in report["sources"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|s| s["interval_unit"] == "switch")
-    {
+    for s in report["sources"].as_array().unwrap().iter() {
+        let cpu = s["interval_unit"] != "switch";
         for stack in s["stacks"].as_array().unwrap() {
-            let outer = stack["frames"].as_array().unwrap().last().and_then(|l| {
+            // Whole when any frame is an entry (a stripped program's `_start` above it has no name).
+            let passed = stack["frames"].as_array().unwrap().iter().any(|l| {
                 let loc = &s["locations"][l.as_u64().unwrap() as usize];
-                loc["frames"].as_array()?.last()?["function"].as_str()
+                loc["frames"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|f| origin(f["function"].as_str().unwrap()))
             });
-            let early = stack["truncated"] == false && !outer.is_some_and(origin);
+            let early = stack["truncated"] == false && !passed;
             assert_eq!(stack["fp_chain_ended"] == true, early, "{stack}");
-            ended |= early;
+            ended |= early && cpu;
         }
     }
+    // The program keeps no frame pointer: a frame-pointer walk from its hot leaf cannot reach main.
+    assert!(ended, "no CPU sample's stack ended early: {report:#}");
     let n = notes(&report);
     let note = n
         .iter()
-        .find(|n| n.contains("of the off-CPU time has a frame-pointer stack"));
+        .find(|n| n.contains("of the CPU samples have a frame-pointer stack"));
     assert_eq!(note.is_some(), ended, "{n:#?}");
     if let Some(note) = note {
         assert!(note.contains("--call-graph dwarf"), "{note}");

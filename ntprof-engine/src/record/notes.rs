@@ -220,12 +220,15 @@ pub fn hangup_ended(at: f64) -> String {
     )
 }
 
-/// `--off-cpu` records frame-pointer stacks unless `--call-graph` says otherwise: say how much of the off-CPU
-/// time has a chain that ended early, and the fix (blocking calls are made from libc, built without them).
+/// `--off-cpu` turns on frame-pointer stacks unless `--call-graph` says otherwise: say how many of the CPU
+/// samples have a chain that ended early, and the fix (the waits' own stacks are unwound from a copy with CFI).
 pub fn offcpu_fp_note(sources: &[crate::report::SourceReport]) -> Option<String> {
+    if !sources.iter().any(|s| s.is_off_cpu()) {
+        return None;
+    }
     let (ended, all) = sources
         .iter()
-        .filter(|s| s.is_off_cpu())
+        .filter(|s| !s.is_off_cpu())
         .flat_map(|s| &s.stacks)
         .fold((0u64, 0u64), |(e, a), st| {
             (
@@ -235,7 +238,7 @@ pub fn offcpu_fp_note(sources: &[crate::report::SourceReport]) -> Option<String>
         });
     (ended > 0).then(|| {
         format!(
-            "{:.1} % of the off-CPU time has a frame-pointer stack that ended early ([fp chain ended]): \
+            "{:.1} % of the CPU samples have a frame-pointer stack that ended early ([fp chain ended]): \
              --off-cpu records frame-pointer stacks unless --call-graph is given, and libc and most \
              distribution binaries are built without frame pointers; --off-cpu --call-graph dwarf walks them",
             ended as f64 * 100.0 / all.max(1) as f64

@@ -46,19 +46,20 @@ impl Report {
 }
 
 impl SourceReport {
-    /// The outermost function of `stack` (its outermost location's outermost inlined frame), if known.
-    pub fn outermost_function(&self, stack: &StackReport) -> Option<&str> {
-        stack.frames.iter().rev().find_map(|&l| {
-            let loc = self.locations.get(l as usize)?;
-            loc.frames.last().map(|f| f.function.as_str())
-        })
-    }
-
     /// The marker frame to put above `stack`'s outermost frame ([`TRUNCATED_FRAME`], [`FP_ENDED_FRAME`]), or
     /// `None` when its walk was whole. `fp`: the run's stacks are frame-pointer chains ([`Report::fp_stacks`]);
     /// a stack recorded with [`StackReport::fp_chain_ended`] is marked whatever `fp` says.
     pub fn chain_end(&self, stack: &StackReport, fp: bool) -> Option<&'static str> {
-        let ended = || fp && !self.outermost_function(stack).is_some_and(is_stack_origin);
+        // A walk that passed an entry is whole, whatever lies above it: a stripped program's `_start` has no
+        // name (`prog+0x…`) above `__libc_start_main`.
+        let passed_an_entry = || {
+            stack.frames.iter().any(|&l| {
+                self.locations
+                    .get(l as usize)
+                    .is_some_and(|loc| loc.frames.iter().any(|f| is_stack_origin(&f.function)))
+            })
+        };
+        let ended = || fp && !passed_an_entry();
         if stack.truncated {
             Some(TRUNCATED_FRAME)
         } else if stack.fp_chain_ended || ended() {

@@ -156,10 +156,10 @@ pub struct ProfileArgs {
     pub call_graph: Option<CallGraph>,
     /// Also record the time each thread spends off CPU (sleeping, blocked in I/O, on a lock, waiting for a
     /// child; preemptions apart), by the call stack it blocked at, in nanoseconds: the report's Off-CPU section,
-    /// and the off_cpu and preempted sources of every format. Implies -g (frame pointers) unless --call-graph is
-    /// given: programs blocked in libc or built without frame pointers (most distribution binaries) then show
-    /// '[fp chain ended]' stacks, which --off-cpu --call-graph dwarf walks. Works unprivileged on your own
-    /// processes.
+    /// and the off_cpu and preempted sources of every format. Implies -g (frame pointers) for the CPU samples
+    /// unless --call-graph is given: code built without frame pointers (libc, most distribution binaries) then
+    /// ends their stacks early ('[fp chain ended]'), which --off-cpu --call-graph dwarf walks. Works unprivileged
+    /// on your own processes.
     #[arg(long = "off-cpu")]
     pub off_cpu: bool,
 }
