@@ -276,10 +276,11 @@ impl ElfSymbolizer {
 
     /// The symbol containing file virtual address `addr`, demangled (the symbol table only, no DWARF).
     pub fn symbol(&self, addr: u64) -> Option<Symbol> {
-        match self.symbols.lookup_index(addr) {
-            Some(index) => self.demangled(&mut self.lock(), index),
-            None => self.go_function(addr).map(|f| f.0),
+        if let Some((function, _)) = self.go_function(addr) {
+            return Some(function);
         }
+        let index = self.symbols.lookup_index(addr)?;
+        self.demangled(&mut self.lock(), index)
     }
 
     /// The function of `addr` in the Go table, with the frames of `addr`.
@@ -346,11 +347,13 @@ impl ElfSymbolizer {
                 }
             }
         }
-        if frames.is_empty()
-            && let Some((function, go_frames)) = self.go_function(addr)
-        {
-            frames = go_frames;
-            symbol.get_or_insert(function);
+        // Go code is named as Go names it (`runtime.morestack`, where an external linker's `.symtab` says
+        // `runtime.morestack.abi0`): what `go tool addr2line` and tracebacks print, stripped or not.
+        if let Some((function, go_frames)) = self.go_function(addr) {
+            if frames.is_empty() {
+                frames = go_frames;
+            }
+            symbol = Some(function);
         }
         if let Some(last) = frames.last_mut() {
             last.inlined = false;

@@ -239,6 +239,47 @@ fn names_and_lines_equal_go_addr2line_in_every_layout() {
     }
 }
 
+/// Where the unstripped programs have DWARF, the table's frames (inlined calls, innermost first, with their
+/// files and lines, the function itself last) equal the DWARF's at every address of `main.*`.
+#[test]
+fn inlined_frames_equal_the_dwarfs() {
+    for (toolchain, _) in TOOLCHAINS {
+        let Some(full) = go_program(toolchain, &[]) else {
+            return;
+        };
+        let elf = crate::symbols::ElfSymbolizer::open(&full).unwrap();
+        let t = table(&full);
+        let data = std::fs::read(&full).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let mut wrong = Vec::new();
+        let mut inlined = 0;
+        for s in file.symbols() {
+            if s.kind() != object::SymbolKind::Text
+                || !s.name().unwrap_or("").starts_with("main.")
+                || s.size() == 0
+            {
+                continue;
+            }
+            for a in s.address()..s.address() + s.size() {
+                let key = |f: &crate::report::Frame| (f.function.clone(), f.file.clone(), f.line);
+                let dwarf: Vec<_> = elf.resolve(a).frames.iter().map(key).collect();
+                let go: Vec<_> = t.lookup(a).unwrap().frames.iter().map(key).collect();
+                inlined += usize::from(go.len() > 1);
+                if dwarf != go {
+                    wrong.push(format!("{a:#x}: {go:?} != DWARF {dwarf:?}"));
+                }
+            }
+        }
+        assert!(inlined > 0, "{toolchain}: no inlined frame in main.*");
+        assert!(
+            wrong.is_empty(),
+            "{toolchain}: {} differ: {:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(5)]
+        );
+    }
+}
+
 /// The table of a copy of `path` changed by `edit` (given the file and the table's file offset).
 fn edited_table(path: &Path, edit: impl FnOnce(&mut Vec<u8>, usize)) -> Result<GoTable, String> {
     let mut data = std::fs::read(path).unwrap();
