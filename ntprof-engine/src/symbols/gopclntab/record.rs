@@ -72,20 +72,26 @@ impl GoTable {
             0
         };
         let funcdata = pcdata.checked_add(npcdata.checked_mul(4)?)?;
-        let tree = if nfuncdata > FUNCDATA_INLINE {
+        // Before Go 1.18 a register pointer map came before the inlining tree in the function data.
+        let inline_slot = if self.version < Version::V118 {
+            FUNCDATA_INLINE + 1
+        } else {
+            FUNCDATA_INLINE
+        };
+        let tree = if nfuncdata > inline_slot {
             match self.version {
                 Version::V12 | Version::V116 => {
                     // Pointer-sized entries, aligned in memory to a pointer.
                     let va = self.vaddr + (funcdata - self.base);
                     let pad = if p == 8 && va % 8 != 0 { 4 } else { 0 };
-                    let slot = funcdata + pad + FUNCDATA_INLINE * p;
+                    let slot = funcdata + pad + inline_slot * p;
                     if slot + p > self.end {
                         return None;
                     }
                     Some(l.word(c, slot)?).filter(|&a| a != 0)
                 }
                 _ => {
-                    let slot = funcdata + FUNCDATA_INLINE * 4;
+                    let slot = funcdata + inline_slot * 4;
                     if slot + 4 > self.end {
                         return None;
                     }
