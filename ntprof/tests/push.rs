@@ -300,10 +300,11 @@ fn parca_grpc_and_http_windows_read_back_through_the_query_service() {
             ("host", hostname()),
             ("pid", pid_of(&run)),
         ] {
-            assert!(
-                back.labels.get(label).is_some_and(|v| v.contains(&want)),
-                "{transport}: {label}={want} not in {:?}",
-                back.labels.get(label)
+            // The labels of this transport's series only (the selector's): exactly the one value.
+            assert_eq!(
+                back.labels.get(label),
+                Some(&vec![want.clone()]),
+                "{transport}: {label}={want}, from the series of {selector}"
             );
         }
     }

@@ -439,7 +439,9 @@ mod tests {
             .iter()
             .find(|m| m.is_executable() && m.path.contains("/libc.so"))
         else {
-            eprintln!("skipped: this test binary is not linked against a shared libc");
+            crate::symbols::hostile::skip::skip(
+                "this test binary is not linked against a shared libc",
+            );
             return;
         };
         let elf = ElfSymbolizer::open(Path::new(&libc.path)).unwrap();

@@ -40,7 +40,7 @@ pub(crate) mod elf;
 pub(crate) mod fde;
 pub(crate) mod gopclntab;
 #[cfg(test)]
-mod hostile;
+pub(crate) mod hostile;
 pub(crate) mod kernel;
 pub(crate) mod minidebug;
 pub(crate) mod plt;

@@ -323,7 +323,9 @@ mod libc_tests {
             .iter()
             .find(|m| m.is_executable() && m.path.contains("/libc.so"))
         else {
-            eprintln!("skipped: this test binary is not linked against a shared libc");
+            crate::symbols::hostile::skip::skip(
+                "this test binary is not linked against a shared libc",
+            );
             return;
         };
         let data = std::fs::read(&libc.path).unwrap();

@@ -284,22 +284,33 @@ pub fn parca(server: &mut Server, port: u16, selector: &str, period: i64) -> Rea
     assert_eq!(status, 200, "{body}");
     let v: Value = serde_json::from_str(&body).unwrap();
     let mut stamps: Vec<String> = Vec::new();
+    // The labels of the series the selector matched, and of those only (the label-values endpoint answers for
+    // every profile stored, the other transport's and runs' included).
+    let mut labels: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for s in v["series"].as_array().into_iter().flatten() {
         for p in s["samples"].as_array().into_iter().flatten() {
             stamps.push(p["timestamp"].to_string());
         }
+        for l in s["labelset"]["labels"].as_array().into_iter().flatten() {
+            let (Some(name), Some(value)) = (l["name"].as_str(), l["value"].as_str()) else {
+                continue;
+            };
+            labels
+                .entry(name.to_string())
+                .or_default()
+                .push(value.to_string());
+        }
+    }
+    for values in labels.values_mut() {
+        values.sort();
+        values.dedup();
     }
     stamps.sort();
     stamps.dedup();
-    let mut labels = BTreeMap::new();
-    for name in ["team", "host", "pid", "service_name", "command_line"] {
-        let (status, body) = get(&format!(
-            "{base}/labels/{name}/values?start={from}&end={to}"
-        ));
-        assert_eq!(status, 200, "{body}");
-        let v: Value = serde_json::from_str(&body).unwrap();
-        labels.insert(name.to_string(), strings(&v["labelValues"]));
-    }
+    assert!(
+        !labels.is_empty(),
+        "no labels in the series of {selector}: {body}"
+    );
     ReadBack {
         windows: stamps.len() as u64,
         counts,
