@@ -342,3 +342,121 @@ fn a_hostile_containers_perf_map_symlink_or_fifo_never_reaches_the_host() {
     );
     let _ = std::fs::remove_file(&planted);
 }
+
+#[test]
+fn top_names_a_containers_jit_code_from_the_map_under_its_own_pid() {
+    if !can_run() {
+        return;
+    }
+    let c = container("top");
+    let map = c.root.join("tmp/perf-1.map");
+    std::fs::write(&map, format!("{JIT_AT:x} 100 container_jit_code\n")).unwrap();
+    // The plain tables (no terminal): the last one holds the whole run.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ntprof"));
+    cmd.args([
+        "top",
+        "--duration",
+        "2.5",
+        "--refresh",
+        "1",
+        "-i",
+        "2000",
+        "--",
+    ])
+    .args(enter(&c, false, &["2", "jit"]));
+    let out = run_ok(&mut cmd, LIMIT);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.rsplit("--- refresh ").next().unwrap();
+    // Rows: SHARE SAMPLES FUNCTION MODULE PROCESS.
+    let mut named = 0u64;
+    let mut all = 0u64;
+    for l in last.lines() {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        if w.len() >= 4 && w[0].ends_with('%') {
+            let n: u64 = w[1].parse().unwrap_or(0);
+            all += n;
+            if w[2] == "container_jit_code" {
+                named += n;
+            }
+        }
+    }
+    // The program spends nearly all its time in the copied loop (between clock readings): a top that looked
+    // for the host pid's map would show it as an unnamed address.
+    assert!(
+        all >= 200 && named * 10 >= all * 8,
+        "the JIT code is {named} of {all} samples in top's last table:\n{text}"
+    );
+}
+
+/// `node --perf-basic-prof` in a pid namespace, as the issue found it: node is pid 1 there and writes
+/// /tmp/perf-1.map; ntprof must read that map (under the pid node has in its namespace), not /tmp/perf-HOSTPID.map.
+#[test]
+fn node_in_a_pid_namespace_is_named_from_its_own_perf_map() {
+    if !can_run() {
+        return;
+    }
+    let ok = Command::new("node")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    assert!(
+        ok.is_ok_and(|s| s.success()),
+        "node is required by this test and is missing or broken (install it: apt-get install nodejs)"
+    );
+    let dir = build_dir("containers-node");
+    let js = dir.join("fib.js");
+    // One hot JavaScript function, about 1.5 s of processor time.
+    std::fs::write(
+        &js,
+        "function fib(n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }\n\
+         const t0 = Date.now(); let s = 0;\n\
+         while (Date.now() - t0 < 1500) { s += fib(25); }\n\
+         if (s < 0) console.error('never');\n",
+    )
+    .unwrap();
+    // The map node writes lands in the host's /tmp (only the pid and /proc are its own): a left-over one from
+    // another run is removed first, and this run's after.
+    let map = Path::new("/tmp/perf-1.map");
+    let _ = std::fs::remove_file(map);
+    let line: Vec<String> = [
+        "unshare",
+        "--pid",
+        "--fork",
+        "--mount-proc",
+        "node",
+        "--perf-basic-prof",
+        js.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let r = record(false, &line);
+    let _ = std::fs::remove_file(map);
+    let s = &r["sources"][0];
+    let funcs = s["functions"].as_array().unwrap();
+    let total: u64 = funcs.iter().map(|f| u(&f["samples"])).sum();
+    let fib: u64 = funcs
+        .iter()
+        .filter(|f| {
+            let name = f["name"].as_str().unwrap_or("");
+            f["module"].as_str().unwrap_or("").starts_with("[JIT]") && name.contains("fib")
+        })
+        .map(|f| u(&f["samples"]))
+        .sum();
+    // fib is node's work once started (about three quarters of the samples here; the rest is node's start,
+    // its compilers and the collector): named from the map, at least half of the samples. Looked up under the
+    // host pid, no map is found and fib is an unnamed [anon] address (0 samples named).
+    assert!(
+        total >= 200 && fib * 2 >= total,
+        "fib named in {fib} of {total} samples: {}",
+        s["functions"]
+    );
+    let node = r["processes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["ns_pid"] == 1 && p["commands"].to_string().contains("node"))
+        .unwrap_or_else(|| panic!("node with pid 1 in its namespace: {}", r["processes"]));
+    assert!(node["pid"] != 1, "{node}");
+}
