@@ -34,9 +34,14 @@ const TABLE_CAP: u64 = 1 << 30;
 const INLINE_DEPTH: usize = 64;
 /// The most of the data sections searched for the module data record.
 const MODULEDATA_SCAN_CAP: u64 = 64 << 20;
-/// `PCDATA_InlTreeIndex` and `FUNCDATA_InlTree`, the inlining index table and tree of a function.
-const PCDATA_INLINE: u64 = 2;
-const FUNCDATA_INLINE: u64 = 3;
+/// Where a function's inlining index table and tree are (`PCDATA_InlTreeIndex`, `FUNCDATA_InlTree`), by the Go
+/// release that wrote the table (runtime/funcdata.h of each): Go 1.13 to 1.15 (the 1.2 layout, with a register
+/// map before each), and 1.16 on. Go 1.2 to 1.12 wrote the same table layout as 1.13 to 1.15 but kept them
+/// elsewhere (1 and 2) and, before 1.12, in records of another shape; they are told from 1.13 to 1.15 by the
+/// build information section Go writes since 1.13 (`.go.buildinfo`), and their inlined frames are not read (the
+/// function itself is still named: a frame left out rather than a wrong one).
+const INLINE_SLOTS_113: (u64, u64) = (2, 4);
+const INLINE_SLOTS_116: (u64, u64) = (2, 3);
 
 /// A layout of the table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -95,6 +100,9 @@ pub struct GoTable {
     pctab: u64,
     /// Go 1.18+: the address function entries are offsets from.
     text_start: u64,
+    /// The indexes of the inlining index table (PCDATA) and tree (FUNCDATA) in this table's functions; `None`
+    /// where inlined frames are not read (Go before 1.13).
+    inline_slots: Option<(u64, u64)>,
     /// `(vaddr, file offset, file size)` of the loadable segments, to read the inlining trees.
     segments: Vec<(u64, u64, u64)>,
     /// `(vaddr, file offset, size)` of the sections that may hold the module data record, in search order.
@@ -150,13 +158,14 @@ impl GoTable {
         };
         let chunks = Chunks::new(handle, len);
         let text = file.section_by_name(".text").map(|s| s.address());
+        let buildinfo = file.section_by_name(".go.buildinfo").is_some();
         Some(Self::parse(
             chunks,
             layout,
             (offset, size, section.address()),
             segments,
             data,
-            text,
+            (text, buildinfo),
         ))
     }
 
@@ -167,7 +176,7 @@ impl GoTable {
         (base, size, vaddr): (u64, u64, u64),
         segments: Vec<(u64, u64, u64)>,
         data: Vec<(u64, u64, u64)>,
-        text: Option<u64>,
+        (text, buildinfo): (Option<u64>, bool),
     ) -> Result<GoTable, String> {
         let end = base
             .checked_add(size.min(TABLE_CAP))
@@ -209,6 +218,11 @@ impl GoTable {
             filetab: base,
             pctab: base,
             text_start: 0,
+            inline_slots: match version {
+                Version::V12 if buildinfo => Some(INLINE_SLOTS_113),
+                Version::V12 => None,
+                _ => Some(INLINE_SLOTS_116),
+            },
             segments,
             data,
             state: Mutex::new(State {

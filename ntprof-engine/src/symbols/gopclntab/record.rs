@@ -2,7 +2,7 @@
 //! where Go 1.18 and later keep function data.
 
 use super::read::Chunks;
-use super::{FUNCDATA_INLINE, GoTable, MODULEDATA_SCAN_CAP, PCDATA_INLINE, Version, read::Layout};
+use super::{GoTable, MODULEDATA_SCAN_CAP, Version, read::Layout};
 
 /// The fields of a function record that naming needs.
 #[derive(Clone, Copy, Debug)]
@@ -62,8 +62,10 @@ impl GoTable {
         let npcdata = u64::from(l.u32(c, at + npcdata)?);
         let nfuncdata = u64::from(c.byte(at + nfuncdata)?);
         let pcdata = at + size;
-        let inline_index = if npcdata > PCDATA_INLINE {
-            let slot = pcdata + PCDATA_INLINE * 4;
+        // Slots past any a function has when inlined frames are not read: no index table, no tree.
+        let (pcdata_inline, inline_slot) = self.inline_slots.unwrap_or((u64::MAX, u64::MAX));
+        let inline_index = if npcdata > pcdata_inline {
+            let slot = pcdata + pcdata_inline * 4;
             if slot + 4 > self.end {
                 return None;
             }
@@ -72,12 +74,6 @@ impl GoTable {
             0
         };
         let funcdata = pcdata.checked_add(npcdata.checked_mul(4)?)?;
-        // Before Go 1.18 a register pointer map came before the inlining tree in the function data.
-        let inline_slot = if self.version < Version::V118 {
-            FUNCDATA_INLINE + 1
-        } else {
-            FUNCDATA_INLINE
-        };
         let tree = if nfuncdata > inline_slot {
             match self.version {
                 Version::V12 | Version::V116 => {
