@@ -244,9 +244,19 @@ fn pyroscope_windows_read_back_with_shares_and_labels_and_a_refusal_shows_its_an
         .lines()
         .find(|l| l.contains(&format!("to {url}")))
         .unwrap_or_else(|| panic!("no summary:\n{}", run.stderr));
+    // Every window with samples is refused (its profile carries the label); a window without any (the start
+    // of a run slowed by a busy machine) has no series for Pyroscope to check and may be taken.
+    let empty = run.files.len() as u64 - run.with_samples;
+    let pushed: u64 = summary
+        .split("pushed ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no count of pushed windows: {summary}"));
     assert!(
-        summary.contains("pushed 0 windows") && summary.contains("refused"),
-        "{summary}"
+        run.with_samples >= 1 && pushed <= empty && summary.contains("refused"),
+        "{} windows with samples, {empty} without: {summary}",
+        run.with_samples
     );
     assert!(
         summary.contains("backend refused the profile: HTTP 4"),

@@ -187,12 +187,14 @@ fn windows_cover_the_run_and_keep_the_designed_split() {
     // program's CPU time, which it prints itself at the end (the kernel's CLOCK_PROCESS_CPUTIME_ID, a count
     // independent of the sampling). Per-task cpu-clock events keep the part of a period a switch interrupts,
     // so the samples are that CPU time in milliseconds, plus at most 2 for the loader's time before `main` and
-    // the exit; less only by the kernel time charged to the program that is not sampled as its own, chiefly the
-    // sampling interrupts themselves (about 15 us each on these virtual machines, 1.5 % at 1 ms; 0.9 % short
-    // was measured at a load average of 16 on 2 processors): 3 % at most. Cuts that drop the samples of one
-    // 100 ms round each lose 10 % of a run of 3 s in 1 s windows.
+    // the exit; less by the kernel time charged to the program that is not sampled as its own, chiefly the
+    // sampling interrupts themselves (about 15 us each on these virtual machines, 1.5 % at 1 ms), and by the
+    // periods a late timer interrupt missed (the kernel forwards a late timer past them: one sample for
+    // several), which grows with the host's contention: 0.9 % short was measured at a load average of 16 on 2
+    // processors, 4.3 % at load 5 with two builds beside it (no sample lost, no steal time): 6 % at most. Cuts
+    // that drop the samples of one 100 ms round each lose 10 % of a run of 3 s in 1 s windows.
     let cpu_ms = split_cpu_ms(&stderr);
-    let low = 0.97 * cpu_ms;
+    let low = 0.94 * cpu_ms;
     assert!(
         (low..=cpu_ms + 2.0).contains(&(all as f64)),
         "{all} samples in {} windows for {cpu_ms:.1} ms of CPU time (at least {low:.0}):\n{stderr}",
@@ -400,8 +402,8 @@ fn jit_code_is_named_in_each_window() {
     std::fs::write(
         &script,
         "function hotLoop(n) { let x = 0; for (let i = 0; i < n; i++) x = (x * 31 + i) % 1000003; return x; }\n\
-         let s = 0; const end = Date.now() + 3000;\n\
-         while (Date.now() < end) s += hotLoop(1000000);\n\
+         let s = 0; const cpu = () => { const u = process.cpuUsage(); return u.user + u.system; };\n\
+         while (cpu() < 3e6) s += hotLoop(1000000);\n\
          console.log(s);\n",
     )
     .unwrap();

@@ -42,8 +42,15 @@ pub fn peak_growth_kib(test: &str, work: impl FnOnce()) -> i64 {
         "the measuring run of {test} failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // The harness prints `test NAME ... ` before the test's own output, on the same line.
     stdout
         .lines()
-        .find_map(|l| l.strip_prefix(PREFIX)?.trim().parse().ok())
+        .find_map(|l| {
+            let rest = l.split_once(PREFIX)?.1;
+            let end = rest
+                .find(|c: char| !(c.is_ascii_digit() || c == '-'))
+                .unwrap_or(rest.len());
+            rest[..end].parse().ok()
+        })
         .unwrap_or_else(|| panic!("no measure from the run of {test} (no such test?):\n{stdout}"))
 }

@@ -278,8 +278,14 @@ pub fn parca(server: &mut Server, port: u16, selector: &str, period: i64) -> Rea
     let (from, to) = (rfc3339(start), rfc3339(end));
     let query = encode(&format!("{PARCA_TYPE}{selector}"));
     let counts = parca_merge(server, port, selector, period, (start, end));
+    // Summed by the labels the tests check: without sum_by Parca sums every matched profile into one series
+    // with no labels at all; with it, one series per combination of their values, each labelled with them.
+    let sum_by: String = ["team", "host", "pid", "service_name", "command_line"]
+        .iter()
+        .map(|l| format!("&sumBy={l}"))
+        .collect();
     let (status, body) = get(&format!(
-        "{base}/query_range?query={query}&start={from}&end={to}&step=1s"
+        "{base}/query_range?query={query}&start={from}&end={to}&step=1s{sum_by}"
     ));
     assert_eq!(status, 200, "{body}");
     let v: Value = serde_json::from_str(&body).unwrap();
