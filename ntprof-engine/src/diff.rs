@@ -5,7 +5,9 @@
 //! sampled address is in, the same key in every format), the total they are shares of (counted and outside, as
 //! in the text report), the time one sample stands for when the source measures time, and the folded stacks.
 //! A side is read from an ntprof JSON profile or from a pprof profile (gzipped or not; ntprof's own or any
-//! other program's). [`compare`] lines the functions of both sides up, the largest change of share first.
+//! other program's). [`compare`] lines the functions of both sides up, the largest change of share first; a
+//! module renamed between the two (a rebuilt program's executable under another name) is matched first
+//! ([`module_matches`]), so that its functions compare by name.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -16,6 +18,9 @@ use prost::Message;
 use crate::files::{self, Owners};
 use crate::output::{flame, pprof};
 use crate::report;
+
+mod rename;
+pub use rename::{Matched, Reason, module_matches};
 
 /// The largest profile `diff` reads (a pprof file is gzipped, and unpacked to at most four times this).
 pub const MAX_PROFILE_BYTES: u64 = 1 << 30;
@@ -33,6 +38,9 @@ pub struct Side {
     pub functions: HashMap<(String, String), u64>,
     /// Folded stacks: `frame;frame;… samples` lines, outermost frame first.
     pub folded: Vec<String>,
+    /// The module name of the profile's main executable, when the profile says which it is (a JSON profile's
+    /// `run.executable`; a pprof profile's first mapping, by pprof's convention).
+    pub main: Option<String>,
 }
 
 /// One function in both profiles.
@@ -127,12 +135,22 @@ pub fn json_side(
     } else {
         flame::folded_stacks(report, s)
     };
+    // The executable's module in this source (the name it was counted under), else its file name.
+    let main = report.run.executable.as_deref().map(|exe| {
+        report
+            .sources
+            .iter()
+            .flat_map(|s| &s.modules)
+            .find(|m| m.path == exe)
+            .map_or_else(|| file_name(exe).to_string(), |m| m.name.clone())
+    });
     Ok(Side {
         source: s.name.clone(),
         total: s.stats.counted + s.stats.outside,
         ns_per_sample: (s.sample_unit == "nanoseconds").then_some(s.sample_value as f64),
         functions,
         folded,
+        main,
     })
 }
 
@@ -170,7 +188,7 @@ pub fn pprof_side(raw: &[u8], name: &str, source: Option<&str>) -> Result<Side, 
     let module: HashMap<u64, &str> = p
         .mapping
         .iter()
-        .map(|m| (m.id, text(m.filename).rsplit('/').next().unwrap_or("")))
+        .map(|m| (m.id, file_name(text(m.filename))))
         .collect();
     let frame_names = |id: &u64| -> Vec<String> {
         let Some(l) = location.get(id) else {
@@ -192,6 +210,11 @@ pub fn pprof_side(raw: &[u8], name: &str, source: Option<&str>) -> Result<Side, 
     };
     let mut side = Side {
         source: types[index].0.to_string(),
+        main: p
+            .mapping
+            .first()
+            .map(|m| file_name(text(m.filename)).to_string())
+            .filter(|m| !m.is_empty()),
         ..Side::default()
     };
     let (mut counts, mut nanos) = (0u64, 0f64);
@@ -235,8 +258,15 @@ pub fn pprof_side(raw: &[u8], name: &str, source: Option<&str>) -> Result<Side, 
     Ok(side)
 }
 
+/// The last part of a path: a module's name as both formats key it.
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or("")
+}
+
 /// Every function of either side, the largest change of share first (then the larger new share, then name).
+/// The old side's renamed modules ([`module_matches`]) take their new names first: a row is a function of both.
 pub fn compare(old: &Side, new: &Side) -> Vec<Row> {
+    let old = &rename::renamed(old, &module_matches(old, new));
     let share = |n: u64, total: u64| {
         if total == 0 {
             0.0
@@ -282,6 +312,7 @@ pub fn flame_graph(old: &Side, new: &Side, title: &str) -> Result<Vec<u8>, Strin
     if new.folded.is_empty() && old.folded.is_empty() {
         return Err("neither profile has samples to draw".into());
     }
+    let old = &rename::renamed(old, &module_matches(old, new));
     let join = |s: &Side| {
         s.folded
             .iter()

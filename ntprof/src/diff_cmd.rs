@@ -71,6 +71,16 @@ fn render(args: &DiffArgs, old: &Side, new: &Side) -> String {
     );
     let _ = writeln!(out, "  old: {}", totals(old));
     let _ = writeln!(out, "  new: {}", totals(new));
+    // A rebuilt program under another name: its functions are rows of both profiles, and this says why.
+    for m in diff::module_matches(old, new) {
+        let _ = writeln!(
+            out,
+            "  matched {} → {} ({}): functions compared by name",
+            m.old,
+            m.new,
+            m.reason.describe()
+        );
+    }
     out.push('\n');
     let shown = match args.top {
         0 => rows.len(),

@@ -579,9 +579,9 @@ fn attach_to_a_process_that_exits() {
 #[test]
 fn kernel_profile_names_kernel_functions_and_needs_privilege() {
     let prog = programs().path("syscalls");
-    // Unprivileged: refused, naming the privilege and the sysctl.
+    // Unprivileged: refused, naming the privilege and the sysctl (system-wide: paranoid 0 or less).
     let out = ntprof_as(
-        &["record", "--kernel", "--", prog.to_str().unwrap(), "0.2"],
+        &["record", "--kernel", "--duration", "0.2"],
         Duration::from_secs(30),
         true,
     );
@@ -589,24 +589,32 @@ fn kernel_profile_names_kernel_functions_and_needs_privilege() {
         assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
         let e = stderr(&out);
         assert!(
-            e.contains("CAP_PERFMON") && e.contains("perf_event_paranoid"),
+            e.contains("CAP_PERFMON") && e.contains("perf_event_paranoid <= 0"),
             "{e}"
         );
     }
     if !common::root_or_skip("the privileged half of this test profiles the kernel") {
         return;
     }
+    // The whole system while the program runs beside it (the command form profiles the command alone).
+    let mut busy = Command::new(&prog).arg("0.8").spawn().unwrap();
     let out = ntprof(&[
         "record",
         "--kernel",
+        "--duration",
+        "0.6",
         "--format",
         "json",
-        "--",
-        prog.to_str().unwrap(),
-        "0.5",
     ]);
+    let _ = busy.wait();
     let r = report(&out, 0);
     assert_eq!(r["run"]["mode"], "kernel");
+    // The idle task, where sampled, is named as perf names it (pid 0 has no /proc entry to name it from).
+    for p in r["processes"].as_array().unwrap() {
+        if p["pid"] == 0 {
+            assert_eq!(p["command"], "swapper", "{p}");
+        }
+    }
     let s = source(&r, "Timer");
     check_accounting(s);
     let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap();

@@ -15,6 +15,9 @@ fn json_and_pprof_of_one_run_give_the_same_functions_shares_and_time() {
         assert_eq!(from_json.total, 1000);
         assert_eq!(from_pprof.total, from_json.total);
         assert_eq!(from_pprof.functions, from_json.functions);
+        // Both name the executable's module as the main one (pprof: its first mapping).
+        assert_eq!(from_json.main.as_deref(), Some("demo"));
+        assert_eq!(from_pprof.main, from_json.main);
         assert_eq!(from_json.ns_per_sample, Some(1_000_000.0));
         assert_eq!(from_pprof.ns_per_sample, from_json.ns_per_sample);
         assert!(!from_pprof.folded.is_empty() && !from_json.folded.is_empty());
@@ -93,5 +96,83 @@ fn bad_inputs_and_unknown_sources_say_what_there_is() {
         side_of(&gz_junk, "cut.gz", None)
             .unwrap_err()
             .contains("cannot be unpacked")
+    );
+}
+
+#[test]
+fn a_renamed_executable_and_a_new_library_version_compare_by_function_name() {
+    let old = side_of(&json(&fixture::report()), "old", None).unwrap();
+    assert_eq!(old.main.as_deref(), Some("demo"));
+    // The same program rebuilt as demo2, its library as a new version: every function under another module.
+    let rename = |m: &str| match m {
+        "demo" => "demo2".to_string(),
+        "libhot.so" => "libhot.so.2".to_string(),
+        other => other.to_string(),
+    };
+    let mut old = old;
+    old.functions = old
+        .functions
+        .into_iter()
+        .map(|((m, f), n)| {
+            (
+                (
+                    if m == "libhot.so" {
+                        "libhot.so.1".into()
+                    } else {
+                        m
+                    },
+                    f,
+                ),
+                n,
+            )
+        })
+        .collect();
+    let mut new = old.clone();
+    new.functions = old
+        .functions
+        .iter()
+        .map(|((m, f), &n)| ((rename(m.trim_end_matches(".1")), f.clone()), n))
+        .collect();
+    new.main = Some("demo2".into());
+    new.folded = old
+        .folded
+        .iter()
+        .map(|l| l.replace("demo;", "demo2;"))
+        .collect();
+    let matched = module_matches(&old, &new);
+    assert_eq!(
+        matched,
+        vec![
+            Matched {
+                old: "demo".into(),
+                new: "demo2".into(),
+                reason: Reason::MainExecutable
+            },
+            Matched {
+                old: "libhot.so.1".into(),
+                new: "libhot.so.2".into(),
+                reason: Reason::LibraryVersion
+            },
+        ]
+    );
+    let rows = compare(&old, &new);
+    let hot_a: Vec<&Row> = rows.iter().filter(|r| r.function == "hot_a").collect();
+    assert_eq!(hot_a.len(), 1, "{rows:?}");
+    assert_eq!(
+        (hot_a[0].old, hot_a[0].new, hot_a[0].module.as_str()),
+        (600, 600, "demo2")
+    );
+    let hot_b = rows.iter().find(|r| r.function == "hot_b").unwrap();
+    assert_eq!((hot_b.old, hot_b.new), (300, 300));
+    assert!(rows.iter().all(|r| r.change_points() == 0.0), "{rows:?}");
+    // The same names on both sides: nothing to match. A second executable-like name left in the new profile
+    // (the old name is still there): no rename, the modules stay apart.
+    assert!(module_matches(&old, &old).is_empty());
+    let mut both = new.clone();
+    both.functions.insert(("demo".into(), "other".into()), 1);
+    assert!(
+        module_matches(&old, &both)
+            .iter()
+            .all(|m| m.reason != Reason::MainExecutable)
     );
 }

@@ -1,5 +1,6 @@
-//! `ntprof record --kernel [--duration S | -- CMD]`: a system-wide sampler with kernel samples, resolved against
-//! the kernel's text and its modules (kallsyms).
+//! `ntprof record --kernel [--duration S]`: a system-wide sampler with kernel samples, resolved against the
+//! kernel's text and its modules (kallsyms). (`record --kernel -- CMD` is a `record` of the command whose samplers
+//! take its kernel samples too, against the same ranges: [`add_kernel_text`].)
 
 use std::time::{Duration, Instant};
 
@@ -9,16 +10,14 @@ use ntprofile::sampler_clock_ns;
 
 use super::session::{ROUND, Session, Targets};
 use super::windows::{Cutter, Windows};
-use super::{
-    EXIT_FAILURE, EXIT_USAGE, Failure, Outcome, PROGRESS_EVERY, kernel_privilege_message, launch,
-};
+use super::{EXIT_FAILURE, EXIT_USAGE, Failure, Outcome, PROGRESS_EVERY, launch};
 use crate::collect;
 use crate::options::RecordOptions;
 use crate::progress::Progress;
 use crate::symbols::{KERNEL_MODULE, Kallsyms};
 use crate::tree::space::ModuleKind;
 
-/// `ntprof record --kernel`.
+/// `ntprof record --kernel` without a command (and `--kernel --duration S -- CMD`, refused here).
 pub fn record_kernel(
     args: &RecordOptions,
     progress: &dyn Progress,
@@ -35,16 +34,7 @@ pub fn record_kernel(
     let kallsyms = Kallsyms::load().map_err(|e| Failure::new(EXIT_FAILURE, e))?;
     // The privilege is checked by the library when the global kernel sampler is created.
     let mut session = Session::open(Targets::Global, &args.profile, true, false)?;
-    let Some((stext, etext)) = kallsyms.text else {
-        return Err(Failure::new(
-            EXIT_FAILURE,
-            format!(
-                "/proc/kallsyms shows no kernel addresses (kernel.kptr_restrict hides them).\n  {}",
-                kernel_privilege_message()
-            ),
-        ));
-    };
-    add_kernel_modules(&mut session, &kallsyms, stext, etext);
+    add_kernel_text(&mut session, &kallsyms)?;
     if let Some(w) = super::unmatched_warning(&session) {
         return Err(Failure::new(
             EXIT_USAGE,
@@ -118,8 +108,18 @@ pub fn record_kernel(
     })
 }
 
-/// The kernel's text and its loaded modules, as ranges valid in every process.
-fn add_kernel_modules(session: &mut Session, kallsyms: &Kallsyms, stext: u64, etext: u64) {
+/// The kernel's text and its loaded modules, as ranges valid in every process; an error when kallsyms hides
+/// the kernel's addresses.
+pub(super) fn add_kernel_text(session: &mut Session, kallsyms: &Kallsyms) -> Result<(), Failure> {
+    let Some((stext, etext)) = kallsyms.text else {
+        return Err(Failure::new(
+            EXIT_FAILURE,
+            format!(
+                "/proc/kallsyms shows no kernel addresses (kernel.kptr_restrict hides them).\n  {}",
+                super::kernel_privilege_message()
+            ),
+        ));
+    };
     let mut kernel_modules = vec![(KERNEL_MODULE.to_string(), stext, etext - stext)];
     kernel_modules.extend(kallsyms.loaded.iter().cloned());
     for (name, start, size) in kernel_modules {
@@ -136,6 +136,7 @@ fn add_kernel_modules(session: &mut Session, kallsyms: &Kallsyms, stext: u64, et
             start + size,
         );
     }
+    Ok(())
 }
 
 /// Read rounds until the command exits (forwarding signals), Ctrl-C (or SIGTERM, or SIGHUP), or `--duration`,

@@ -21,6 +21,7 @@
 mod attach;
 pub mod cgroup;
 mod checks;
+mod errors;
 mod kernel;
 mod launch;
 mod notes;
@@ -34,9 +35,11 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::kill;
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use ntprofile::{NtStatus, sampler_clock_ns};
+use ntprofile::sampler_clock_ns;
 
 pub use attach::{attach, attach_windows};
+use errors::explain;
+pub use errors::kernel_privilege_message;
 pub use windows::{WindowSink, Windows};
 
 use crate::collect::{self, Endings};
@@ -94,74 +97,6 @@ pub struct Outcome {
     pub exit: u8,
     /// A message to print after the report (with exit status 2 if set and the run itself succeeded).
     pub warning: Option<String>,
-}
-
-/// The message for a kernel profile refused for lack of privilege.
-pub fn kernel_privilege_message() -> String {
-    let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_else(|_| "unreadable".into());
-    format!(
-        "profiling the kernel needs CAP_PERFMON (or CAP_SYS_ADMIN, or root), or \
-         kernel.perf_event_paranoid <= 1 (it is {paranoid} here).\n  \
-         Fix: run ntprof as root, or 'sudo setcap cap_perfmon+ep ntprof', or \
-         'sudo sysctl kernel.perf_event_paranoid=1'"
-    )
-}
-
-/// A library error, with the fix.
-fn explain(what: &str, err: &ntprofile::Error, pid: Option<u32>) -> Failure {
-    let status = err.status();
-    let base = format!("{what}: {err}");
-    if status == NtStatus::PRIVILEGE_NOT_HELD {
-        return Failure::new(EXIT_FAILURE, kernel_privilege_message());
-    }
-    if status == NtStatus::ACCESS_DENIED {
-        let who = pid.map_or(String::new(), |p| format!(" process {p}"));
-        // The owner's own process may be closed to them too: a process that made itself non-dumpable.
-        let why = match pid.and_then(real_uid) {
-            Some(uid) if uid == nix::unistd::geteuid().as_raw() => {
-                "it is this user's, but made itself non-dumpable (prctl PR_SET_DUMPABLE 0), changed its \
-                 credentials or runs a set-uid program"
-            }
-            _ => "it belongs to another user (or kernel.yama.ptrace_scope forbids it)",
-        };
-        return Failure::new(
-            EXIT_FAILURE,
-            format!(
-                "{base}\n  not allowed to profile{who}: {why}.\n  Fix: run ntprof as the process's owner, or as \
-                 root / with CAP_PERFMON"
-            ),
-        );
-    }
-    if status == NtStatus::INVALID_CID {
-        let p = pid.map_or(String::new(), |p| format!(" {p}"));
-        return Failure::new(
-            EXIT_FAILURE,
-            format!("no such process{p} (is the pid right? 'ps -e' lists them)"),
-        );
-    }
-    if status == NtStatus::NOT_SUPPORTED {
-        return Failure::new(EXIT_USAGE, format!("{base}\n  see 'ntprof sources'"));
-    }
-    if status == NtStatus::INSUFFICIENT_RESOURCES {
-        return Failure::new(
-            EXIT_FAILURE,
-            format!(
-                "{base}\n  out of file descriptors or perf ring memory: raise the hard descriptor limit \
-                 ('ulimit -Hn', systemd LimitNOFILE=; ntprof raises the soft one to it), 'ulimit -l' or \
-                 kernel.perf_event_mlock_kb"
-            ),
-        );
-    }
-    Failure::new(EXIT_FAILURE, base)
-}
-
-/// The real user of process `pid` (`/proc/PID/status`, readable by everyone).
-fn real_uid(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
-    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// The report of a finished session.
@@ -308,7 +243,8 @@ fn record_in(
     if !args.pid.is_empty() {
         return record_pids(args, progress, windows);
     }
-    if args.kernel {
+    // A command with --duration too is refused there.
+    if args.kernel && (args.command.is_empty() || args.duration.is_some()) {
         return kernel::record_kernel(args, progress, windows);
     }
     if args.duration.is_some() {
@@ -327,10 +263,15 @@ fn record_in(
     let (_set, sigfd) = launch::block_signals()?;
     session::check_sources(&args.profile)?;
     precheck::check_modules(&args.profile.modules, &args.command)?;
+    // `--kernel -- CMD`: the command's own kernel time too, named from kallsyms (read before it starts).
+    let kallsyms = match args.kernel {
+        true => Some(Kallsyms::load().map_err(|e| Failure::new(EXIT_FAILURE, e))?),
+        false => None,
+    };
     let started_at = collect::now_rfc3339();
     let cmd = launch::start(&args.command, true)?;
     let pid_u = cmd.pid.as_raw() as u32;
-    let mut session = match start_session(pid_u, args) {
+    let mut session = match start_session(pid_u, args, kallsyms.as_ref()) {
         Ok(s) => s,
         Err(f) => {
             cmd.kill();
@@ -356,8 +297,13 @@ fn record_in(
     cmd.resume()?;
 
     progress.start(&format!("record: {}", args.command.join(" ")));
-    let (status, hangup) =
-        run_until_exit(&mut session, &cmd, &sigfd, progress, t0, cutter.as_mut())?;
+    let (status, hangup) = run_until_exit(
+        &mut session,
+        (&cmd, &sigfd),
+        progress,
+        t0,
+        cutter.as_mut().map(|c| (c, kallsyms.as_ref())),
+    )?;
     let duration = t0.elapsed();
     session.finish()?;
     progress.finish();
@@ -382,8 +328,8 @@ fn record_in(
         .map(|c| vec![(0, launch::ending(c))])
         .unwrap_or_default();
     let report = match &mut cutter {
-        Some(c) => c.last(&mut session, run, None, &endings),
-        None => finish_report(&session, run, None, &endings),
+        Some(c) => c.last(&mut session, run, kallsyms.as_ref(), &endings),
+        None => finish_report(&session, run, kallsyms.as_ref(), &endings),
     };
     let warning = unmatched_warning(&session);
     Ok(Outcome {
@@ -424,11 +370,10 @@ fn record_pids(
 /// command ended and, if ntprof's terminal hung up (SIGHUP) meanwhile, when (seconds into the run).
 fn run_until_exit(
     session: &mut Session,
-    cmd: &launch::Stopped,
-    sigfd: &nix::sys::signalfd::SignalFd,
+    (cmd, sigfd): (&launch::Stopped, &nix::sys::signalfd::SignalFd),
     progress: &dyn Progress,
     t0: Instant,
-    mut cutter: Option<&mut Cutter<'_>>,
+    mut cutter: Option<(&mut Cutter<'_>, Option<&Kallsyms>)>,
 ) -> Result<(WaitStatus, Option<f64>), Failure> {
     let mut last_progress = Instant::now();
     let mut hangup = None;
@@ -462,8 +407,8 @@ fn run_until_exit(
                 let _ = kill(cmd.pid, sig);
             }
         }
-        if let Some(c) = cutter.as_deref_mut()
-            && !c.tick(session, None)
+        if let Some((c, kallsyms)) = cutter.as_mut()
+            && !c.tick(session, *kallsyms)
             && !ended
         {
             // The windows' taker ended the run: the command is asked to end, and its exit ends the run.
@@ -485,9 +430,17 @@ fn fill_common(run: &mut RunInfo, args: &RecordOptions) {
     run.expected = args.profile.expect.clone();
 }
 
-/// At the stop after `execve`: open and enable the samplers on the command, and take its current mappings.
-fn start_session(pid: u32, args: &RecordOptions) -> Result<Session, Failure> {
-    let mut session = Session::open(Targets::Pids(&[pid]), &args.profile, false, true)?;
+/// At the stop after `execve`: open and enable the samplers on the command, and take its current mappings;
+/// with `kallsyms` (`--kernel`), its kernel samples too, resolved against the kernel's text and modules.
+fn start_session(
+    pid: u32,
+    args: &RecordOptions,
+    kallsyms: Option<&Kallsyms>,
+) -> Result<Session, Failure> {
+    let mut session = Session::open(Targets::Pids(&[pid]), &args.profile, args.kernel, true)?;
+    if let Some(k) = kallsyms {
+        kernel::add_kernel_text(&mut session, k)?;
+    }
     session.enable()?;
     let maps = space::read_executable_maps(pid)
         .map_err(|e| Failure::new(EXIT_FAILURE, format!("cannot read /proc/{pid}/maps: {e}")))?;

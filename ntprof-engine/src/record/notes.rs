@@ -10,10 +10,16 @@ const FEW: u64 = 50;
 /// command, or the attached processes).
 pub fn user_notes(session: &Session, roots: usize) -> Vec<String> {
     let t = &session.tracker;
-    let mut notes = vec![
+    let side = if session.kernel {
+        "user and kernel time of the command and of every process it starts, one profile: kernel samples \
+         (system calls, page faults, interrupts taken while it ran) are named from /proc/kallsyms, in the \
+         kernel and its loaded modules; other processes and the idle CPUs are not sampled"
+    } else {
         "user-space profiles: time the program spent in the kernel (system calls, page faults) is not \
-         sampled here; 'ntprof record --kernel' profiles the kernel side"
-            .to_string(),
+         sampled here; 'ntprof record --kernel -- CMD' profiles the kernel side too"
+    };
+    let mut notes = vec![
+        side.to_string(),
         "every mapping (executable, libraries, dlopen, JIT code) was reported by the kernel as it was made: \
          samples count in a module from the moment it was mapped (the 'from' column)"
             .to_string(),
@@ -165,7 +171,7 @@ fn explain(
                     duration_s * 1e3
                 ));
             }
-            if system > user && system >= interval_s {
+            if system > user && system >= interval_s && !session.kernel {
                 out.push(format!(
                     "{:.1} ms of its CPU time was in the kernel (system calls, page faults), which a user-space \
                      profile does not sample; 'ntprof record --kernel' profiles it",

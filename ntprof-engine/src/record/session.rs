@@ -74,6 +74,8 @@ pub struct Session {
     order: Order,
     /// The off-CPU watcher (`--off-cpu`).
     pub off_cpu: Option<OffCpu>,
+    /// The samplers take kernel samples too (`--kernel`).
+    pub kernel: bool,
     /// The perf events of the CPU samplers, every source's together.
     pub events: Option<crate::report::EventsInfo>,
     /// Rounds are fast ([`FAST_ROUND`]) until then: a fork or an exec was read shortly before.
@@ -186,6 +188,7 @@ impl Session {
             tracker,
             order: Order::default(),
             off_cpu,
+            kernel,
             busy_until: None,
             rounds: 0,
             own_exec: first_pid,

@@ -340,156 +340,21 @@ fn descendants_in(all: &[(u32, u32)], roots: &[u32]) -> Vec<(u32, u32)> {
     }
 }
 
-/// The command name of a process (`/proc/PID/comm`), if it can be read.
+/// The name of pid 0, the idle task a processor runs when it has nothing else to run (a system-wide profile
+/// samples it on every idle processor): perf's name for it (each processor's is `swapper/N` in the kernel).
+pub const IDLE_TASK: &str = "swapper";
+
+/// The command name of a process (`/proc/PID/comm`), if it can be read; pid 0 (which has no `/proc` entry)
+/// is the idle task, [`IDLE_TASK`].
 pub fn comm(pid: u32) -> Option<String> {
+    if pid == 0 {
+        return Some(IDLE_TASK.to_string());
+    }
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .ok()
         .map(|s| s.trim_end_matches('\n').to_string())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::tree::space::Map;
-
-    #[test]
-    fn a_process_seen_without_its_fork_takes_its_parent_from_its_exit() {
-        let mut p = Processes::default();
-        let sh = p.add(100, 1, "forker.sh", 0, Space::default());
-        // First seen by its exec record, after it had exited: no parent, no name.
-        let child = p.add(105, 0, &unknown_comm(105), 10, Space::default());
-        p.exec(child, "true");
-        p.adopt(child, 100);
-        assert_eq!(p.list[child as usize].ppid, 100);
-        assert_eq!(p.list[child as usize].parent, Some(sh));
-        assert_eq!(p.chain(child), ["forker.sh", "true"]);
-        // A known parent is kept: a later exit record names the reaper the process was reparented to.
-        p.adopt(child, 1);
-        assert_eq!(p.list[child as usize].ppid, 100);
-        // A name that was read is kept.
-        let other = p.add(106, 0, "awk", 10, Space::default());
-        p.adopt(other, 100);
-        assert_eq!(p.chain(other), ["awk"]);
-        assert_eq!(p.list[other as usize].parent, Some(sh));
-    }
-
-    #[test]
-    fn fork_copies_exec_clears_exit_frees_the_pid() {
-        let mut p = Processes::default();
-        let mut space = Space::default();
-        space.insert(
-            0x1000,
-            Map {
-                end: 0x2000,
-                pgoff: 0,
-                module: 7,
-            },
-        );
-        let sh = p.add(100, 1, "sh", 0, space);
-        let child = p.fork(100, 101, 10);
-        assert_eq!(p.list[child as usize].parent, Some(sh));
-        assert_eq!(p.comm(child), "sh");
-        assert!(p.list[child as usize].space.find(0x1800).is_some());
-        p.exec(child, "gzip");
-        assert_eq!(p.comm(child), "gzip");
-        assert!(p.list[child as usize].space.find(0x1800).is_none());
-        assert_eq!(p.chain(child), ["sh", "gzip"]);
-        assert_ne!(p.image(child), p.image(sh));
-        p.exit(child, 20);
-        assert_eq!(p.get(101), None);
-        // The pid comes back as another process.
-        let again = p.fork(100, 101, 30);
-        assert_ne!(again, child);
-        assert_eq!(p.get(101), Some(again));
-    }
-
-    #[test]
-    fn a_process_ends_with_its_last_thread_not_with_its_main_thread() {
-        let mut p = Processes::default();
-        let server = p.add(300, 1, "server", 0, Space::default());
-        p.thread_started(server, 301);
-        p.thread_started(server, 302);
-        // The main thread ends with pthread_exit: the process goes on.
-        assert!(!p.thread_exited(server, 300));
-        assert!(!p.thread_exited(server, 301));
-        // An exit reported for a thread the model never knew changes nothing.
-        assert!(!p.thread_exited(server, 999));
-        assert!(
-            p.thread_exited(server, 302),
-            "the last thread ends the process"
-        );
-        // A thread that execs takes the process's id: one thread is left, the process's.
-        let other = p.add(400, 1, "app", 0, Space::default());
-        p.thread_started(other, 401);
-        p.exec(other, "tool");
-        assert_eq!(p.list[other as usize].threads.len(), 1);
-        assert!(p.thread_exited(other, 400));
-    }
-
-    #[test]
-    fn the_state_is_read_after_a_command_with_parentheses_and_live_threads_are_listed() {
-        assert_eq!(parse_state("42 (a) b) Z 7 42"), Some('Z'));
-        assert_eq!(parse_state("42 (x"), None);
-        let me = std::process::id();
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let t = std::thread::spawn(move || rx.recv());
-        let live = live_threads(me);
-        tx.send(()).unwrap();
-        t.join().unwrap().unwrap();
-        assert!(live.contains(&me) && live.len() >= 2, "{live:?}");
-        assert!(live_threads(u32::MAX).is_empty());
-    }
-
-    #[test]
-    fn a_fork_keeps_its_parents_command_line_until_it_execs() {
-        let mut p = Processes::default();
-        let parent = p.add(200, 1, "python3", 0, Space::default());
-        p.list[parent as usize].cmdline = Some(vec!["python3".into(), "pool.py".into()]);
-        let worker = p.fork(200, 201, 5);
-        assert_eq!(
-            p.list[worker as usize].cmdline,
-            p.list[parent as usize].cmdline
-        );
-        p.exec(worker, "gzip");
-        assert_eq!(p.list[worker as usize].cmdline, None);
-    }
-
-    #[test]
-    fn descendants_come_parents_first_and_skip_other_trees() {
-        // 10 → 11, 12; 12 → 13; 13 → 14; 20 (another tree) → 21; a loop 30 ↔ 31 never reached.
-        let all = [
-            (14, 13),
-            (11, 10),
-            (13, 12),
-            (12, 10),
-            (21, 20),
-            (10, 1),
-            (30, 31),
-            (31, 30),
-        ];
-        assert_eq!(
-            descendants_in(&all, &[10]),
-            [(11, 10), (12, 10), (13, 12), (14, 13)]
-        );
-        assert_eq!(
-            descendants_in(&all, &[12, 20]),
-            [(13, 12), (21, 20), (14, 13)]
-        );
-        assert_eq!(descendants_in(&all, &[14]), []);
-    }
-
-    #[test]
-    fn the_parent_is_read_after_a_command_with_spaces_and_parentheses() {
-        assert_eq!(parse_ppid("42 (a b) c) S 7 42 42 0 -1"), Some(7));
-        assert_eq!(parse_ppid("42 (x"), None);
-        assert_eq!(
-            parent_pid(std::process::id()),
-            Some(std::os::unix::process::parent_id())
-        );
-        assert!(
-            descendants(&[std::os::unix::process::parent_id()])
-                .iter()
-                .any(|&(pid, _)| pid == std::process::id())
-        );
-    }
-}
+#[path = "procs_tests.rs"]
+mod tests;

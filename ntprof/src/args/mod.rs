@@ -71,6 +71,7 @@ Examples:
   ntprof record -- node --perf-basic-prof app.js   JIT code named from /tmp/perf-PID.map
   ntprof record --source Timer,page-faults -- ./prog
   ntprof record --module prog --module libfoo.so -- ./prog
+  ntprof record --kernel -- ./prog           the command's user and kernel time in one profile (root)
   ntprof record --kernel --duration 5        the kernel and its modules, system-wide (needs CAP_PERFMON)
   ntprof record --cgroup system.slice/docker-ID.scope -- sleep 10   a container's processes for 10 s
   ntprof record -g -- ./prog                 with call stacks (frame pointers): callers, call tree, flame graph
@@ -167,8 +168,11 @@ pub struct ProfileArgs {
 /// `ntprof record`.
 #[derive(Debug, Clone, Args)]
 pub struct RecordArgs {
-    /// Profile the kernel and its loaded modules, system-wide (symbols from /proc/kallsyms); needs CAP_PERFMON
-    /// or perf_event_paranoid <= 1. With a command, for as long as it runs; otherwise for --duration.
+    /// Profile kernel time too, named from /proc/kallsyms (the kernel and its loaded modules). With a command
+    /// (--kernel -- CMD): the command's and its children's user and kernel time in one profile, nothing else
+    /// (needs root, CAP_PERFMON or perf_event_paranoid <= 1). Without one: the whole system, every process and
+    /// the idle processors ('swapper'), user space counted as outside, for --duration or until Ctrl-C (needs
+    /// root, CAP_PERFMON or perf_event_paranoid <= 0).
     #[arg(short = 'k', long)]
     pub kernel: bool,
     /// With --kernel or --cgroup and no command: how long to profile, in seconds (default: until Ctrl-C).

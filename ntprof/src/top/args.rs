@@ -40,7 +40,8 @@ Examples:
 /// `ntprof top`.
 #[derive(Debug, Clone, Args)]
 pub struct TopArgs {
-    /// Profile the kernel and its modules, system-wide (needs CAP_PERFMON or perf_event_paranoid <= 1).
+    /// Profile the kernel and its modules, system-wide: every process and the idle processors ('swapper')
+    /// (needs root, CAP_PERFMON or perf_event_paranoid <= 0).
     #[arg(short = 'k', long)]
     pub kernel: bool,
     /// Profile every process of a cgroup v2 (a directory under the cgroup v2 mount, or a path relative to its
