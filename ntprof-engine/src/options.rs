@@ -155,7 +155,9 @@ pub fn interval_of_freq(hz: u32) -> u32 {
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct RecordOptions {
-    /// Profile the kernel and its modules, system-wide (needs CAP_PERFMON or `perf_event_paranoid` <= 1).
+    /// Kernel samples too, named from kallsyms. With a command: the command's (and its children's) user and
+    /// kernel time, nothing else (needs CAP_PERFMON or `perf_event_paranoid` <= 1). Without one: the kernel and
+    /// its modules, system-wide (needs CAP_PERFMON or `perf_event_paranoid` <= 0).
     pub kernel: bool,
     /// With `kernel` and no command: how long to profile, in seconds (`None`: until SIGINT or SIGTERM).
     pub duration: Option<f64>,

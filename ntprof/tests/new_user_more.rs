@@ -37,8 +37,54 @@ fn programs() -> &'static PathBuf {
         // One program built twice under two names: a rebuild to compare.
         build("prog_fp", "leaf.c");
         build("prog_fp2", "leaf.c");
+        // Two libraries with long names that differ only in the middle, each with a long-named function.
+        let mut libs = Vec::new();
+        for (module, which) in WIDE {
+            let out = dir.join(module);
+            let soname = format!("-Wl,-soname,{module}");
+            let define = format!("-DWHICH={which}");
+            let src = src.join("wide_lib.c");
+            let args = ["-O2", "-g", "-shared", "-fPIC", &define, &soname, "-o"];
+            gcc(
+                &[&args[..], &[out.to_str().unwrap(), src.to_str().unwrap()]].concat(),
+                &dir,
+            );
+            libs.push(out.to_str().unwrap().to_string());
+        }
+        let out = dir.join("wide");
+        let main = src.join("wide_main.c");
+        gcc(
+            &[
+                "-O2",
+                "-g",
+                "-o",
+                out.to_str().unwrap(),
+                main.to_str().unwrap(),
+                &libs[0],
+                &libs[1],
+                "-Wl,-rpath,$ORIGIN",
+            ],
+            &dir,
+        );
         dir
     })
+}
+
+/// The libraries of `wide` (`tests/new_user/wide_main.c`) and the function each holds (`wide_lib.c`'s WHICH).
+const WIDE: [(&str, &str); 2] = [
+    (
+        "libwide_module_with_a_long_common_prefix_alpha_and_a_long_common_suffix.so",
+        "one",
+    ),
+    (
+        "libwide_module_with_a_long_common_prefix_beta_and_a_long_common_suffix.so",
+        "two",
+    ),
+];
+
+/// The function of `wide_lib.c` built with WHICH.
+fn wide_function(which: &str) -> String {
+    format!("wide_function_with_a_long_common_prefix_{which}_and_a_long_common_suffix_part_0")
 }
 
 fn stderr(out: &Output) -> String {
@@ -215,5 +261,122 @@ fn diff_of_a_rebuilt_binary_matches_functions_across_the_rename() {
             !text.lines().any(|l| l.trim_end().ends_with(" prog_fp")),
             "{text}"
         );
+    }
+}
+
+/// The function and module columns of the function table's rows in a text report (the rows under its
+/// `Samples   Share  Function` title, to the first empty line).
+fn function_rows(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .skip_while(|l| !(l.contains("Samples") && l.contains("Function") && !l.contains("Line")))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            (cols.len() >= 4).then(|| (cols[2].to_string(), cols[3].to_string()))
+        })
+        .collect()
+}
+
+/// Names on a 230-column terminal (a tmux pane) are whole where they fit, and whole in a file or a pipe; two long
+/// module names that differ only in the middle, and two long function names with a long common start and end,
+/// never print alike.
+#[test]
+fn names_fit_the_terminal_and_are_whole_off_one() {
+    let wide = programs().join("wide");
+    let whole: Vec<(String, String)> = WIDE
+        .iter()
+        .map(|(m, w)| (wide_function(w), m.to_string()))
+        .collect();
+    let check = |text: &str, how: &str, terminal: bool| {
+        // The rows of the two functions (main and the loader may have a sample or two).
+        let mut rows: Vec<(String, String)> = function_rows(text)
+            .into_iter()
+            .filter(|(f, _)| f.starts_with("wide_f"))
+            .collect();
+        rows.sort();
+        assert_eq!(rows, whole, "{how}:\n{text}");
+        // The module table's names: whole off a terminal; on one, whole or cut around the part where they
+        // differ (the path that follows, printed whole, may leave them less room), never alike.
+        let names: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("  libwide"))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert_eq!(names.len(), 2, "{how}: the module table\n{text}");
+        assert_ne!(names[0], names[1], "{how}: the module table\n{text}");
+        for (module, _) in WIDE {
+            let middle = if module.contains("alpha") {
+                "alph"
+            } else {
+                "bet"
+            };
+            let found = names.iter().filter(|n| n.contains(middle)).count();
+            assert_eq!(found, 1, "{how}: {middle} in the module table\n{text}");
+            assert!(
+                terminal || names.contains(&module),
+                "{how}: {module} whole\n{text}"
+            );
+        }
+    };
+    // No terminal: the report on standard error (a pipe), every name whole.
+    let out = common::run_raw(
+        Command::new(NTPROF).args(["record", "-q", "--"]).arg(&wide),
+        Duration::from_secs(120),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    check(&stderr(&out), "no terminal", false);
+    // A 230-column terminal: the report on it, the names whole (they fit).
+    let Some(_) = common::tool("tmux", common::on_path("tmux"), "apt-get install tmux") else {
+        return;
+    };
+    let socket = format!("ntprof-wide-{}", std::process::id());
+    let tmux = |args: &[&str]| {
+        Command::new("tmux")
+            .args(["-L", &socket])
+            .args(args)
+            .output()
+            .expect("run tmux")
+    };
+    let script = format!(
+        "{NTPROF} record -q -- {}; echo REPORT-END; sleep 60",
+        wide.display()
+    );
+    let started = tmux(&[
+        "new-session",
+        "-d",
+        "-x",
+        "230",
+        "-y",
+        "100",
+        "-s",
+        "w",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    assert!(started.status.success(), "{}", stderr(&started));
+    let t0 = std::time::Instant::now();
+    let screen = loop {
+        // -J: lines the terminal wrapped joined again, so that a row too long for it shows as one line.
+        let pane = tmux(&["capture-pane", "-p", "-J", "-t", "w", "-S", "-300"]);
+        let text = String::from_utf8_lossy(&pane.stdout).into_owned();
+        if text.contains("REPORT-END") || t0.elapsed() > Duration::from_secs(60) {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let _ = tmux(&["kill-server"]);
+    assert!(
+        screen.contains("REPORT-END"),
+        "the report did not end:\n{screen}"
+    );
+    check(&screen, "a 230-column terminal", true);
+    // Each line of the tables fits the terminal.
+    for l in screen
+        .lines()
+        .filter(|l| l.contains("wide_function") || l.contains("libwide"))
+    {
+        assert!(l.chars().count() <= 230, "{l}");
     }
 }

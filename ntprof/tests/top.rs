@@ -518,7 +518,8 @@ fn the_kernel_refused_without_privilege_says_what_record_says() {
     }
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains("profiling the kernel needs CAP_PERFMON"),
+        err.contains("(every process, the kernel) needs CAP_PERFMON")
+            && err.contains("perf_event_paranoid <= 0"),
         "{err}"
     );
     assert!(

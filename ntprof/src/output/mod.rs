@@ -173,12 +173,18 @@ fn flamegraphs(report: &Report, path: Option<&Path>) -> Vec<(Sink, Result<Vec<u8
         .collect()
 }
 
-/// Render one of the single-document formats (the flame graph has one document per source: [`flamegraphs`]).
-fn render(report: &Report, format: Format, top: usize, call_tree: bool) -> Result<Vec<u8>, String> {
+/// Render one of the single-document formats (the flame graph has one document per source: [`flamegraphs`]);
+/// the text report's names fitted to `width`.
+fn render(
+    report: &Report,
+    format: Format,
+    (top, call_tree): (usize, bool),
+    width: crate::text::Width,
+) -> Result<Vec<u8>, String> {
     match format {
         Format::Text => {
-            let mut text = crate::text::render(report, top);
-            text.push_str(&crate::text::stacks::render(report, top, call_tree));
+            let mut text = crate::text::render(report, top, width);
+            text.push_str(&crate::text::stacks::render(report, top, call_tree, width));
             Ok(text.into_bytes())
         }
         Format::Folded => Ok(flame::folded_text(report).into_bytes()),
@@ -236,7 +242,11 @@ pub fn emit(report: &Report, args: &OutputArgs, how: Emit) -> Result<(), String>
     } else if format == Format::Flamegraph {
         jobs.extend(flamegraphs(report, args.output.as_deref()));
     } else {
-        jobs.push((main, render(report, format, args.top, args.call_tree)));
+        let width = text_width(&main);
+        jobs.push((
+            main,
+            render(report, format, (args.top, args.call_tree), width),
+        ));
     }
 
     let mut errors = Vec::new();
@@ -264,6 +274,27 @@ pub fn emit(report: &Report, args: &OutputArgs, how: Emit) -> Result<(), String>
         });
     }
     Err(errors.join("\nntprof: error: "))
+}
+
+/// The width the text report fits its names to where it goes to a terminal: the terminal's columns (its
+/// window size, TIOCGWINSZ; `COLUMNS` where that cannot be read; 80 without either). `None` (every name whole)
+/// in a file or a pipe, where nothing wraps and a reader wants the names as they are.
+fn text_width(sink: &Sink) -> crate::text::Width {
+    let terminal = match sink {
+        Sink::Stdout => io::stdout().is_terminal(),
+        Sink::Stderr => io::stderr().is_terminal(),
+        Sink::File(_) => false,
+    };
+    if !terminal {
+        return None;
+    }
+    let columns = crossterm::terminal::size()
+        .ok()
+        .map(|(c, _)| usize::from(c))
+        .filter(|&c| c > 0)
+        .or_else(|| std::env::var("COLUMNS").ok()?.trim().parse().ok())
+        .filter(|&c: &usize| c > 0);
+    Some(columns.unwrap_or(80))
 }
 
 /// How a run whose command shares ntprof's standard output writes its outputs (`record -- CMD`): the profile

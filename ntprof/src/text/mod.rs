@@ -18,6 +18,16 @@ use crate::report::{Report, SourceReport};
 /// Width of the bar at a 100 % share.
 const BAR_WIDTH: f64 = 30.0;
 
+/// How wide the report may be: a terminal's columns (`Some`: names cut to fit, in the middle, never two different
+/// ones alike), or no limit (`None`: every name whole, as in a file or a pipe).
+pub type Width = Option<usize>;
+
+/// The most characters a section's names may take: what is left of `width` after `used` columns, at least `min`
+/// (`None`: no limit).
+fn cap(width: Width, used: usize, min: usize) -> Option<usize> {
+    width.map(|w| w.saturating_sub(used).max(min))
+}
+
 fn pct(share: f64) -> String {
     format!("{:.1}%", share * 100.0)
 }
@@ -59,16 +69,16 @@ fn interval_text(s: &SourceReport) -> String {
     }
 }
 
-/// Render the report; `top` functions and `top` lines per source.
-pub fn render(report: &Report, top: usize) -> String {
+/// Render the report; `top` functions and `top` lines per source, their names fitted to `width`.
+pub fn render(report: &Report, top: usize, width: Width) -> String {
     let mut out = String::new();
     header(&mut out, report);
     processes::render(&mut out, report);
     for s in report.sources.iter().filter(|s| !s.is_off_cpu()) {
-        source::render(&mut out, s, top);
-        source::render_expected(&mut out, s, &report.run.expected);
+        source::render(&mut out, s, top, width);
+        source::render_expected(&mut out, s, &report.run.expected, width);
     }
-    offcpu::render(&mut out, report, top);
+    offcpu::render(&mut out, report, top, width);
     // Empty bars and text leave trailing blanks.
     let mut trimmed: String = out
         .lines()
@@ -329,7 +339,7 @@ mod tests {
 
     #[test]
     fn renders_every_part() {
-        let text = render(&sample_report(), 10);
+        let text = render(&sample_report(), 10, Some(80));
         for want in [
             "ntprof record: ./prog -x",
             "pid 42",
@@ -367,7 +377,7 @@ mod tests {
         source.functions[1].name = second.into();
         source.lines[0].function = top.into();
         source.lines[1].function = second.into();
-        let text = render(&report, 10);
+        let text = render(&report, 10, Some(80));
         let row = |name: &str, table: &str| -> String {
             let at = text.find(table).expect(&text);
             let rows = &text[at..];

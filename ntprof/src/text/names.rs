@@ -14,9 +14,16 @@
 /// [`display_name`] shows it, with its middle elided (`v8::internal…GraphReducer::ReduceTop`: the start and the
 /// informative end stay) when it is longer than the column. Two different functions never print the same
 /// text: where two display names are equal (C++ overloads without their parameter lists) the full names are
-/// shown, and where eliding would make two texts equal the column is widened until they differ. Returns the
-/// column's width and each name's text, in the order of `names`.
+/// shown, and where eliding would make two texts equal each keeps the part where it differs from the others
+/// ([`distinct`]), the column widened only when that part itself does not fit. Returns the column's width and
+/// each name's text, in the order of `names`.
 pub fn fit_column(names: &[&str], min: usize) -> (usize, Vec<String>) {
+    fit_column_in(names, min, Some(min))
+}
+
+/// [`fit_column`] in a column of `min` up to `cap` characters (`None`: no limit, every name whole, as where the
+/// report goes to a file or a pipe rather than a terminal).
+pub fn fit_column_in(names: &[&str], min: usize, cap: Option<usize>) -> (usize, Vec<String>) {
     use std::collections::HashMap;
     let mut shown: Vec<String> = names.iter().map(|n| display_name(n).into_owned()).collect();
     // Equal display names of different functions (overloads, whose parameter lists differ): their full names.
@@ -36,33 +43,125 @@ pub fn fit_column(names: &[&str], min: usize) -> (usize, Vec<String>) {
     for i in overloaded {
         shown[i] = names[i].to_string();
     }
+    fit_shown(shown, names, min, cap)
+}
+
+/// [`fit_column_in`] for names shown as they are (modules, files): no C++ shortening.
+pub fn fit_plain(names: &[&str], min: usize, cap: Option<usize>) -> (usize, Vec<String>) {
+    fit_shown(
+        names.iter().map(|n| n.to_string()).collect(),
+        names,
+        min,
+        cap,
+    )
+}
+
+/// The column of `shown`, the texts of `names` (see [`fit_column_in`]).
+fn fit_shown(
+    shown: Vec<String>,
+    names: &[&str],
+    min: usize,
+    cap: Option<usize>,
+) -> (usize, Vec<String>) {
+    use std::collections::HashMap;
     let longest = shown.iter().map(|t| t.chars().count()).max().unwrap_or(0);
-    let mut width = min.max(4);
+    let Some(cap) = cap else {
+        return (longest.max(min), shown);
+    };
+    let mut width = cap.max(min).max(4);
     loop {
-        let texts: Vec<String> = shown.iter().map(|t| elide_middle(t, width)).collect();
+        let texts = distinct(&shown, names, width);
         let mut seen: HashMap<&str, &str> = HashMap::new();
-        let distinct = texts
+        let unique = texts
             .iter()
             .zip(names)
             .all(|(t, n)| *seen.entry(t.as_str()).or_insert(n) == *n);
-        if distinct || width >= longest {
+        if unique || width >= longest {
             return (width.min(longest).max(min), texts);
         }
         width = (width + 8).min(longest);
     }
 }
 
-/// [`fit_column`] for the distinct names of a section whose lines are not a column (callers, a call tree):
-/// each name's text, none longer than the section's width.
+/// Each of `shown` (the texts of `names`) in at most `width` characters, its middle elided; where two different
+/// names would then print alike, each keeps the part where it differs from the others (their common start and
+/// end elided around it: `libpython…_alpha_…-gnu.so`, `libpython…_beta_…-gnu.so`), when that part fits.
+pub fn distinct(shown: &[String], names: &[&str], width: usize) -> Vec<String> {
+    use std::collections::HashMap;
+    let mut texts: Vec<String> = shown.iter().map(|t| elide_middle(t, width)).collect();
+    let mut groups: HashMap<&str, Vec<usize>> = HashMap::new();
+    for (i, t) in texts.iter().enumerate() {
+        groups.entry(t.as_str()).or_default().push(i);
+    }
+    let mut fixed: Vec<(usize, String)> = Vec::new();
+    for group in groups.values().filter(|g| g.len() > 1) {
+        for &i in group {
+            let mine: Vec<char> = shown[i].chars().collect();
+            // The widest common start and end this name shares with another one of the group.
+            let (mut prefix, mut suffix) = (mine.len(), mine.len());
+            let mut any = false;
+            for &j in group.iter().filter(|&&j| names[j] != names[i]) {
+                let other: Vec<char> = shown[j].chars().collect();
+                let p = mine.iter().zip(&other).take_while(|(a, b)| a == b).count();
+                let most = mine.len().min(other.len()) - p;
+                let s = mine
+                    .iter()
+                    .rev()
+                    .zip(other.iter().rev())
+                    .take(most)
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                (prefix, suffix, any) = (prefix.min(p), suffix.min(s), true);
+            }
+            if let Some(t) = any
+                .then(|| keep_span(&mine, prefix, suffix, width))
+                .flatten()
+            {
+                fixed.push((i, t));
+            }
+        }
+    }
+    for (i, t) in fixed {
+        texts[i] = t;
+    }
+    texts
+}
+
+/// `name` in at most `width` characters keeping whole what lies between its first `prefix` and last `suffix`
+/// characters, with as much of its start and end as fits; `None` when that part alone does not fit.
+fn keep_span(name: &[char], prefix: usize, suffix: usize, width: usize) -> Option<String> {
+    let n = name.len();
+    if n <= width {
+        return Some(name.iter().collect());
+    }
+    let span = n - prefix - suffix;
+    let budget = width.checked_sub(span + 2)?;
+    let head = prefix.min(budget / 3);
+    let tail = suffix.min(budget - head);
+    let mut out: String = name[..head].iter().collect();
+    if head < prefix {
+        out.push('…');
+    }
+    out.extend(&name[prefix..n - suffix]);
+    if tail < suffix {
+        out.push('…');
+    }
+    out.extend(&name[n - tail..]);
+    Some(out)
+}
+
+/// [`fit_column_in`] for the distinct names of a section whose lines are not a column (callers, a call tree):
+/// each name's text, none longer than the section's width (`min` up to `cap`; `None`: whole).
 pub fn fit_all<'a>(
     names: impl IntoIterator<Item = &'a str>,
     min: usize,
+    cap: Option<usize>,
 ) -> std::collections::HashMap<&'a str, String> {
-    let mut distinct: Vec<&str> = names.into_iter().collect();
-    distinct.sort_unstable();
-    distinct.dedup();
-    let (_, texts) = fit_column(&distinct, min);
-    distinct.into_iter().zip(texts).collect()
+    let mut each: Vec<&str> = names.into_iter().collect();
+    each.sort_unstable();
+    each.dedup();
+    let (_, texts) = fit_column_in(&each, min, cap);
+    each.into_iter().zip(texts).collect()
 }
 
 /// `name` in at most `width` characters: the first third and the last two thirds, `…` between.
@@ -256,12 +355,28 @@ mod tests {
         assert_eq!(texts[1], "v8::interna…er::GraphReducer::Reduce");
         assert_eq!(texts[2], "main");
         assert!(texts.iter().all(|t| t.chars().count() <= width));
-        // Names that differ only in their middle: the column widens until they differ.
+        // Names that differ only in their middle: each keeps the part where it differs, in the same column.
         let a = format!("ns::{}::alpha::{}::run", "x".repeat(30), "y".repeat(30));
         let b = format!("ns::{}::beta::{}::run", "x".repeat(30), "y".repeat(30));
         let (width, texts) = fit_column(&[&a, &b], 36);
         assert_ne!(texts[0], texts[1], "{texts:?}");
+        assert!(
+            texts[0].contains("alph") && texts[1].contains("bet"),
+            "{texts:?}"
+        );
+        assert!(width == 36 && texts.iter().all(|t| t.chars().count() <= width));
+        // A part too long to fit: the column widens until the texts differ.
+        let a = format!("{}{}{}", "p".repeat(20), "a".repeat(40), "s".repeat(40));
+        let b = format!("{}{}{}", "p".repeat(20), "b".repeat(40), "s".repeat(40));
+        let (width, texts) = fit_column(&[&a, &b], 36);
+        assert_ne!(texts[0], texts[1], "{texts:?}");
         assert!(width > 36 && texts.iter().all(|t| t.chars().count() <= width));
+        // No limit (not a terminal): every name whole.
+        let (width, texts) = fit_column_in(&[&a, "main"], 36, None);
+        assert_eq!(
+            (width, texts[0].as_str(), texts[1].as_str()),
+            (100, a.as_str(), "main")
+        );
         // Overloads without their parameter lists would be one text: their full names are shown.
         let (_, texts) = fit_column(
             &[
@@ -287,6 +402,26 @@ mod tests {
         assert_eq!(
             (width, texts[0].as_str(), texts[1].as_str()),
             (36, "main", "main")
+        );
+    }
+
+    #[test]
+    fn modules_that_differ_in_the_middle_keep_their_difference() {
+        let a = "libwide_module_with_a_long_common_prefix_alpha_and_a_long_common_suffix.so";
+        let b = "libwide_module_with_a_long_common_prefix_beta_and_a_long_common_suffix.so";
+        let (width, texts) = fit_plain(&[a, b, "libc.so.6"], 28, Some(28));
+        assert_eq!(width, 28);
+        assert!(
+            texts[0].contains("alph") && texts[1].contains("bet"),
+            "{texts:?}"
+        );
+        assert!(texts.iter().all(|t| t.chars().count() <= 28), "{texts:?}");
+        assert_eq!(texts[2], "libc.so.6");
+        // Room for them: whole; no limit: whole.
+        assert_eq!(fit_plain(&[a, b], 28, Some(100)).1, [a, b]);
+        assert_eq!(
+            fit_plain(&[a, b], 28, None),
+            (a.len(), vec![a.to_string(), b.to_string()])
         );
     }
 

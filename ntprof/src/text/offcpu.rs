@@ -15,7 +15,7 @@ fn ms(ns: u64) -> String {
 }
 
 /// Render the Off-CPU section, `top` rows per table.
-pub fn render(out: &mut String, report: &Report, top: usize) {
+pub fn render(out: &mut String, report: &Report, top: usize, width: super::Width) {
     let Some(o) = &report.off_cpu else {
         return;
     };
@@ -81,12 +81,12 @@ pub fn render(out: &mut String, report: &Report, top: usize) {
         );
     }
     for source in report.sources.iter().filter(|s| s.is_off_cpu()) {
-        blocking(out, source, top);
+        blocking(out, source, top, width);
     }
 }
 
 /// The functions with the most off-CPU time below them, and the top stacks, of one off-CPU source.
-fn blocking(out: &mut String, source: &SourceReport, top: usize) {
+fn blocking(out: &mut String, source: &SourceReport, top: usize, width: super::Width) {
     let total = source.stats.counted + source.stats.outside;
     if total == 0 || source.stacks.is_empty() {
         return;
@@ -113,7 +113,8 @@ fn blocking(out: &mut String, source: &SourceReport, top: usize) {
         "\n  Time {what} under each function (inclusive), of {}:",
         ms(total)
     );
-    let texts = super::names::fit_all(rows.iter().take(top).map(|r| r.0), 90);
+    let cap = super::cap(width, 24, 90);
+    let texts = super::names::fit_all(rows.iter().take(top).map(|r| r.0), 90, cap);
     for (f, ns) in rows.iter().take(top) {
         let _ = writeln!(
             out,

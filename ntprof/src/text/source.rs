@@ -3,11 +3,41 @@
 
 use std::fmt::Write;
 
-use super::names::fit_column;
-use super::{bar, head, pct, tail};
+use super::names::{fit_column_in, fit_plain};
+use super::{Width, bar, cap, head, pct, tail};
 use crate::report::{Expectation, SourceReport};
 
-pub fn render(out: &mut String, s: &SourceReport, top: usize) {
+/// The columns of two names side by side in `budget` characters (`None`: no limit, both whole), each wanting its
+/// longest text and given at least its floor: the first (the function) has the room first, the second (the
+/// module) at least a third of it.
+fn split(
+    budget: Width,
+    (a_long, a_min): (usize, usize),
+    (b_long, b_min): (usize, usize),
+) -> (Width, Width) {
+    let Some(budget) = budget else {
+        return (None, None);
+    };
+    let (a_long, b_long) = (a_long.max(a_min), b_long.max(b_min));
+    if a_long + b_long <= budget {
+        return (Some(a_long), Some(b_long));
+    }
+    let b = b_long.min(b_min.max(budget / 3));
+    let a = a_long.min(a_min.max(budget.saturating_sub(b)));
+    let b = b_long.min(b_min.max(budget.saturating_sub(a)));
+    (Some(a), Some(b))
+}
+
+/// The longest of `texts`, in characters.
+fn longest<'a>(texts: impl IntoIterator<Item = &'a str>) -> usize {
+    texts
+        .into_iter()
+        .map(|t| t.chars().count())
+        .max()
+        .unwrap_or(0)
+}
+
+pub fn render(out: &mut String, s: &SourceReport, top: usize, width: Width) {
     let total = s.stats.counted + s.stats.outside;
     let _ = writeln!(
         out,
@@ -19,13 +49,13 @@ pub fn render(out: &mut String, s: &SourceReport, top: usize) {
     if several {
         commands(out, s, top);
     }
-    modules(out, s, total);
+    modules(out, s, total, width);
     let column = Column(several);
     if !s.functions.is_empty() {
-        functions(out, s, top, total, column);
+        functions(out, s, (top, total), column, width);
     }
     if !s.lines.is_empty() {
-        lines(out, s, top, column);
+        lines(out, s, top, column, width);
     }
 }
 
@@ -34,6 +64,10 @@ pub fn render(out: &mut String, s: &SourceReport, top: usize) {
 struct Column(bool);
 
 impl Column {
+    /// Its width, with the space after it.
+    fn width(self) -> usize {
+        if self.0 { 17 } else { 0 }
+    }
     fn title(self) -> String {
         if self.0 {
             format!("{:<16} ", "Command")
@@ -76,17 +110,21 @@ fn commands(out: &mut String, s: &SourceReport, top: usize) {
     }
 }
 
-fn modules(out: &mut String, s: &SourceReport, total: u64) {
+fn modules(out: &mut String, s: &SourceReport, total: u64, width: Width) {
+    let names: Vec<&str> = s.modules.iter().map(|m| m.name.as_str()).collect();
+    // The name, then 34 columns of counts before the path, which is printed whole.
+    let paths = longest(s.modules.iter().map(|m| m.path.as_str()));
+    let (w, texts) = fit_plain(&names, 28, cap(width, 34 + paths, 28));
     let _ = writeln!(
         out,
-        "\n  {:<28} {:>9} {:>7}  {:>10}  path",
+        "\n  {:<w$} {:>9} {:>7}  {:>10}  path",
         "Module", "Samples", "Share", "from (ms)"
     );
-    for m in &s.modules {
+    for (m, text) in s.modules.iter().zip(&texts) {
         let _ = writeln!(
             out,
-            "  {:<28} {:>9} {:>7}  {:>10.1}  {}",
-            tail(&m.name, 28),
+            "  {:<w$} {:>9} {:>7}  {:>10.1}  {}",
+            text,
             m.samples,
             pct(m.share),
             m.profiled_from_ms,
@@ -100,24 +138,37 @@ fn modules(out: &mut String, s: &SourceReport, total: u64) {
     };
     let _ = writeln!(
         out,
-        "  {:<28} {:>9} {:>7}",
+        "  {:<w$} {:>9} {:>7}",
         "(outside every module)",
         s.stats.outside,
         pct(outside_share)
     );
     if s.stats.lost > 0 {
-        let _ = writeln!(out, "  {:<28} {:>9}", "(lost: ring full)", s.stats.lost);
+        let _ = writeln!(out, "  {:<w$} {:>9}", "(lost: ring full)", s.stats.lost);
     }
 }
 
-fn functions(out: &mut String, s: &SourceReport, top: usize, total: u64, column: Column) {
-    let names: Vec<&str> = s
-        .functions
-        .iter()
-        .take(top)
-        .map(|f| f.name.as_str())
-        .collect();
-    let (width, texts) = fit_column(&names, 36);
+fn functions(
+    out: &mut String,
+    s: &SourceReport,
+    (top, total): (usize, u64),
+    column: Column,
+    width: Width,
+) {
+    let shown = &s.functions[..top.min(s.functions.len())];
+    let names: Vec<&str> = shown.iter().map(|f| f.name.as_str()).collect();
+    let modules: Vec<&str> = shown.iter().map(|f| f.module.as_str()).collect();
+    // Samples and share (21 columns), the command, the two names with a space after each, the longest bar.
+    let bars = shown.first().map_or(0, |f| bar(f.share).len());
+    let budget = width.map(|w| w.saturating_sub(21 + column.width() + 2 + bars));
+    let (_, whole) = fit_column_in(&names, 36, None);
+    let (fn_cap, mod_cap) = split(
+        budget,
+        (longest(whole.iter().map(|t| t.as_str())), 36),
+        (longest(modules.iter().copied()), 26),
+    );
+    let (width, texts) = fit_column_in(&names, 36, fn_cap);
+    let (mod_w, module_texts) = fit_plain(&modules, 26, mod_cap);
     let _ = writeln!(
         out,
         "\n  {:>9} {:>7}  {}{:<width$} Module",
@@ -126,15 +177,15 @@ fn functions(out: &mut String, s: &SourceReport, top: usize, total: u64, column:
         column.title(),
         "Function"
     );
-    for (f, text) in s.functions.iter().zip(&texts) {
+    for ((f, text), module) in shown.iter().zip(&texts).zip(&module_texts) {
         let _ = writeln!(
             out,
-            "  {:>9} {:>7}  {}{:<width$} {:<26} {}",
+            "  {:>9} {:>7}  {}{:<width$} {:<mod_w$} {}",
             f.samples,
             pct(f.share),
             column.cell(&f.command),
             text,
-            tail(&f.module, 26),
+            module,
             bar(f.share)
         );
     }
@@ -154,17 +205,46 @@ fn functions(out: &mut String, s: &SourceReport, top: usize, total: u64, column:
     }
 }
 
-fn lines(out: &mut String, s: &SourceReport, top: usize, column: Column) {
-    let names: Vec<&str> = s
-        .lines
+fn lines(out: &mut String, s: &SourceReport, top: usize, column: Column, width: Width) {
+    let shown = &s.lines[..top.min(s.lines.len())];
+    let names: Vec<&str> = shown.iter().map(|l| l.function.as_str()).collect();
+    let modules: Vec<&str> = shown.iter().map(|l| l.module.as_str()).collect();
+    let places: Vec<String> = shown
         .iter()
-        .take(top)
-        .map(|l| l.function.as_str())
+        .map(|l| {
+            let file = std::path::Path::new(&l.file)
+                .file_name()
+                .map_or(l.file.clone(), |f| f.to_string_lossy().into_owned());
+            format!("{file}:{}", l.line)
+        })
         .collect();
-    let (width, texts) = fit_column(&names, 20);
+    // Samples and share (21), the command, three names with a space after each, some of the source text.
+    let text = longest(
+        shown
+            .iter()
+            .map(|l| l.text.as_deref().map_or("", str::trim)),
+    )
+    .min(60);
+    let budget = width.map(|w| w.saturating_sub(21 + column.width() + 3 + text));
+    let place_cap = budget.map(|b| longest(places.iter().map(String::as_str)).min(20.max(b / 5)));
+    let budget = budget.map(|b| b.saturating_sub(place_cap.unwrap_or(0)));
+    let (_, whole) = fit_column_in(&names, 20, None);
+    let (fn_cap, mod_cap) = split(
+        budget,
+        (longest(whole.iter().map(String::as_str)), 20),
+        (longest(modules.iter().copied()), 26),
+    );
+    let place_refs: Vec<&str> = places.iter().map(String::as_str).collect();
+    let (place_w, place_texts) = match place_cap {
+        // A file name keeps its end (the line number) when cut.
+        Some(c) if c <= 20 => (20, places.iter().map(|p| tail(p, 20)).collect()),
+        _ => fit_plain(&place_refs, 20, place_cap),
+    };
+    let (width, texts) = fit_column_in(&names, 20, fn_cap);
+    let (mod_w, module_texts) = fit_plain(&modules, 26, mod_cap);
     let _ = writeln!(
         out,
-        "\n  {:>9} {:>7}  {}{:<20} {:<width$} {:<26} source",
+        "\n  {:>9} {:>7}  {}{:<place_w$} {:<width$} {:<mod_w$} source",
         "Samples",
         "Share",
         column.title(),
@@ -172,19 +252,16 @@ fn lines(out: &mut String, s: &SourceReport, top: usize, column: Column) {
         "Function",
         "Module"
     );
-    for (l, function) in s.lines.iter().zip(&texts) {
-        let file = std::path::Path::new(&l.file)
-            .file_name()
-            .map_or(l.file.clone(), |f| f.to_string_lossy().into_owned());
+    for (i, l) in shown.iter().enumerate() {
         let _ = writeln!(
             out,
-            "  {:>9} {:>7}  {}{:<20} {:<width$} {:<26} {}",
+            "  {:>9} {:>7}  {}{:<place_w$} {:<width$} {:<mod_w$} {}",
             l.samples,
             pct(l.share),
             column.cell(&l.command),
-            tail(&format!("{file}:{}", l.line), 20),
-            function,
-            tail(&l.module, 26),
+            place_texts[i],
+            texts[i],
+            module_texts[i],
             l.text.as_deref().map(str::trim).unwrap_or("")
         );
     }
@@ -192,13 +269,14 @@ fn lines(out: &mut String, s: &SourceReport, top: usize, column: Column) {
 
 /// Designed against measured shares (`--expect`): each function's deviation in percentage points and in
 /// standard deviations of a binomial share with this source's number of samples.
-pub fn render_expected(out: &mut String, s: &SourceReport, expected: &[Expectation]) {
+pub fn render_expected(out: &mut String, s: &SourceReport, expected: &[Expectation], width: Width) {
     let total = s.stats.counted + s.stats.outside;
     if expected.is_empty() || total == 0 {
         return;
     }
     let names: Vec<&str> = expected.iter().map(|e| e.function.as_str()).collect();
-    let (width, texts) = fit_column(&names, 36);
+    // After the name: four figures (42 columns).
+    let (width, texts) = fit_column_in(&names, 36, cap(width, 44, 36));
     let _ = writeln!(
         out,
         "\n  {:<width$} {:>9} {:>9} {:>10} {:>8}",

@@ -71,16 +71,16 @@ fn callers(source: &SourceReport, fp: bool) -> Callers<'_> {
 }
 
 /// The call-stack sections of every source that has stacks.
-pub fn render(report: &Report, top: usize, call_tree: bool) -> String {
+pub fn render(report: &Report, top: usize, call_tree: bool, width: super::Width) -> String {
     let mut out = String::new();
     for source in report
         .sources
         .iter()
         .filter(|s| !s.stacks.is_empty() && !s.is_off_cpu())
     {
-        called_from(&mut out, source, top, is_fp(report));
+        called_from(&mut out, source, (top, width), is_fp(report));
         if call_tree {
-            tree(&mut out, report, source);
+            tree(&mut out, report, source, width);
         }
     }
     out
@@ -91,7 +91,12 @@ fn is_fp(report: &Report) -> bool {
     report.fp_stacks()
 }
 
-fn called_from(out: &mut String, source: &SourceReport, top: usize, fp: bool) {
+fn called_from(
+    out: &mut String,
+    source: &SourceReport,
+    (top, width): (usize, super::Width),
+    fp: bool,
+) {
     let total = source.stats.counted + source.stats.outside;
     let c = callers(source, fp);
     let truncated: u64 = source
@@ -136,6 +141,7 @@ fn called_from(out: &mut String, source: &SourceReport, top: usize, fp: bool) {
             .map(|f| f.name.as_str())
             .chain(c.callers.values().flat_map(|m| m.keys().copied())),
         70,
+        super::cap(width, 24, 70),
     );
     let mut shown: Vec<&str> = Vec::new();
     for f in source.functions.iter().take(top.min(10)) {
@@ -186,7 +192,7 @@ struct Node<'a> {
     children: HashMap<&'a str, Node<'a>>,
 }
 
-fn tree(out: &mut String, report: &Report, source: &SourceReport) {
+fn tree(out: &mut String, report: &Report, source: &SourceReport, width: super::Width) {
     let total = source.stats.counted + source.stats.outside;
     let mut root = Node::default();
     for stack in &source.stacks {
@@ -212,7 +218,13 @@ fn tree(out: &mut String, report: &Report, source: &SourceReport) {
         pct(TREE_MIN_SHARE)
     );
     let _ = report;
-    let texts = fit_all(source.stacks.iter().flat_map(|s| expanded(source, s)), 90);
+    // The tree's indentation grows with depth: a name takes at most what is left past 40 columns.
+    let cap = super::cap(width, 40, 90);
+    let texts = fit_all(
+        source.stacks.iter().flat_map(|s| expanded(source, s)),
+        90,
+        cap,
+    );
     print_children(out, &root, total.max(1), 1, &texts);
 }
 
@@ -254,7 +266,7 @@ mod tests {
     #[test]
     fn callers_share_the_inclusive_samples_and_the_tree_nests() {
         let report = fixture::report_with_stacks();
-        let text = render(&report, 10, true);
+        let text = render(&report, 10, true, Some(80));
         // hot_a: 600 inclusive, 400 from run_a and 200 from run_b.
         let at = text
             .find("  hot_a  self 60.0%  inclusive 60.0%")
@@ -278,6 +290,6 @@ mod tests {
         assert!(tree.contains(" 88.0%   0.0%    main\n"), "{tree}");
         assert!(tree.contains(" 48.0%   0.0%      run_b\n"), "{tree}");
         assert!(tree.contains(" 28.0%  28.0%        hot_b\n"), "{tree}");
-        assert!(!render(&fixture::report(), 10, true).contains("Called from"));
+        assert!(!render(&fixture::report(), 10, true, Some(80)).contains("Called from"));
     }
 }

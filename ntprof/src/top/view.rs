@@ -161,13 +161,24 @@ pub fn columns(t: &Table, width: usize, rows: usize) -> Vec<String> {
     let widest = |f: fn(&Row) -> usize, title: usize, cap: usize| {
         shown.iter().map(f).max().unwrap_or(0).max(title).min(cap)
     };
-    let module_w = widest(|r| r.module.chars().count(), 6, 20);
     let process_w = widest(|r| r.process.chars().count(), 7, 24);
     // SHARE (7), SAMPLES or TIME (10), two spaces between columns.
-    let fixed = 7 + 2 + 10 + 2 + 2 + module_w + 2 + process_w;
-    let function_w = widest(|r| r.function.chars().count(), 8, usize::MAX)
-        .min(width.saturating_sub(fixed))
+    let others = 7 + 2 + 10 + 2 + 2 + 2 + process_w;
+    let function_long = widest(|r| r.function.chars().count(), 8, usize::MAX);
+    // Module names get what the functions leave, and at least a fifth of a wide terminal; without one
+    // (`usize::MAX`) every name is whole.
+    let room = width.saturating_sub(others.saturating_add(function_long));
+    let module_w = widest(|r| r.module.chars().count(), 6, room.max(width / 5).max(20));
+    let function_w = function_long
+        .min(width.saturating_sub(others + module_w))
         .max(12);
+    // Cut in the middle, never two different names alike (each keeps the part where it differs).
+    let fitted = |names: Vec<&str>, w: usize| crate::text::names::fit_plain(&names, w, Some(w));
+    let (function_w, functions) = fitted(
+        shown.iter().map(|r| r.function.as_str()).collect(),
+        function_w,
+    );
+    let (module_w, modules) = fitted(shown.iter().map(|r| r.module.as_str()).collect(), module_w);
     let amount = if t.off_cpu { "TIME" } else { "SAMPLES" };
     let mut out = vec![fit(
         &format!(
@@ -179,7 +190,7 @@ pub fn columns(t: &Table, width: usize, rows: usize) -> Vec<String> {
         ),
         width,
     )];
-    for r in shown {
+    for ((r, function), module) in shown.iter().zip(&functions).zip(&modules) {
         let share = if t.total == 0 {
             0.0
         } else {
@@ -192,8 +203,8 @@ pub fn columns(t: &Table, width: usize, rows: usize) -> Vec<String> {
         };
         let line = format!(
             "{share:>6.2}%  {amount:>10}  {}  {}  {}",
-            cell(&r.function, function_w),
-            cell(&r.module, module_w),
+            cell(function, function_w),
+            cell(module, module_w),
             r.process
         );
         out.push(fit(line.trim_end(), width));
@@ -202,4 +213,53 @@ pub fn columns(t: &Table, width: usize, rows: usize) -> Vec<String> {
         out.push("(no samples in the window)".to_string());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two long function names with a long common start and end, in two long modules that differ only in the
+    /// middle: whole where they fit (230 columns, no terminal), cut around their difference where not (120).
+    #[test]
+    fn long_names_fit_the_width_and_never_print_alike() {
+        let row = |which: &str, module: &str| Row {
+            module: format!(
+                "libwide_module_with_a_long_common_prefix_{module}_and_a_long_common_suffix.so"
+            ),
+            function: format!(
+                "wide_function_with_a_long_common_prefix_{which}_and_a_long_common_suffix_part_0"
+            ),
+            samples: 50,
+            recent: 5,
+            process: "wide 4242".into(),
+        };
+        let table = Table {
+            source: "Timer".into(),
+            off_cpu: false,
+            total: 100,
+            lost: 0,
+            seconds: 1.0,
+            refreshes: 1,
+            span: (String::new(), String::new()),
+            index: 0,
+            rows: vec![row("one", "alpha"), row("two", "beta")],
+        };
+        for width in [230, usize::MAX] {
+            let lines = columns(&table, width, 10);
+            for r in &table.rows {
+                assert!(
+                    lines
+                        .iter()
+                        .any(|l| l.contains(&r.function) && l.contains(&r.module)),
+                    "{width}: {lines:#?}"
+                );
+            }
+        }
+        let lines = columns(&table, 120, 10);
+        assert!(lines.iter().all(|l| l.chars().count() <= 120), "{lines:#?}");
+        let (one, two) = (&lines[1], &lines[2]);
+        assert!(one.contains("one") && two.contains("two"), "{lines:#?}");
+        assert!(one.contains("alph") && two.contains("bet"), "{lines:#?}");
+    }
 }
