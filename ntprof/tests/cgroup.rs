@@ -173,6 +173,16 @@ fn cgroup_run(
         );
         std::thread::sleep(Duration::from_millis(10));
     }
+    // And each runs the worker itself: before, it is still the root shell that moved itself (or setpriv), which
+    // an unprivileged ntprof may not profile and, met at its first read of the cgroup, leaves out.
+    for pid in [a, b, l] {
+        while !std::fs::read_link(format!("/proc/{pid}/exe"))
+            .is_ok_and(|e| e.ends_with("cgroup_spin"))
+        {
+            assert!(Instant::now() < deadline, "worker {pid} did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
     let work = s.work.clone();
     let procs = s.cgroup.join("cgroup.procs");
     let root_procs = v2_mount().join("cgroup.procs");
