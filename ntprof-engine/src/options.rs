@@ -21,6 +21,11 @@ use ntprofile::{IntervalUnit, ProfileSource};
 
 use crate::report::Expectation;
 
+mod debuginfod;
+pub use debuginfod::{
+    DEFAULT_MAX_SIZE, DEFAULT_TIMEOUT_S, Debuginfod, MAX_REDIRECTS, PROGRESS_BYTES,
+};
+
 /// How call stacks are recorded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CallGraph {
@@ -91,6 +96,9 @@ pub struct ProfileOptions {
     /// Also record the time each thread spends off CPU, by the call stack it blocked at (implies frame-pointer
     /// stacks unless `call_graph` is set).
     pub off_cpu: bool,
+    /// Fetch the debug files of objects that have none on disk from these debuginfod servers, by build-id;
+    /// `None` (the default): never ([`Debuginfod::from_env`] reads elfutils' `DEBUGINFOD_URLS`).
+    pub debuginfod: Option<Debuginfod>,
 }
 
 impl Default for ProfileOptions {
@@ -110,6 +118,7 @@ impl Default for ProfileOptions {
             call_stacks: false,
             call_graph: None,
             off_cpu: false,
+            debuginfod: None,
         }
     }
 }

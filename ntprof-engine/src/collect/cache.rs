@@ -10,7 +10,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use crate::files::ObjectFile;
+use crate::options::Debuginfod;
 use crate::symbols::ElfSymbolizer;
+use crate::symbols::debuginfod::Client;
 
 /// An object to open: a path on the host, or the checked file of a mapping.
 #[derive(Clone, Copy, Debug)]
@@ -37,10 +39,10 @@ impl ToOpen<'_> {
         }
     }
 
-    fn open(&self) -> Opened {
+    fn open(&self, debuginfod: Option<&Client>) -> Opened {
         match self {
-            ToOpen::Path(p) => ElfSymbolizer::open(Path::new(p)).map(Arc::new),
-            ToOpen::Object(o) => ElfSymbolizer::open_object(o).map(Arc::new),
+            ToOpen::Path(p) => ElfSymbolizer::open_with(Path::new(p), debuginfod).map(Arc::new),
+            ToOpen::Object(o) => ElfSymbolizer::open_object(o, debuginfod).map(Arc::new),
         }
     }
 }
@@ -51,10 +53,11 @@ type Identity = (u64, u64, u64, i128);
 /// An object opened (or refused, with why).
 pub type Opened = Result<Arc<ElfSymbolizer>, String>;
 
-/// Objects opened by path, kept across reports.
+/// Objects opened by path, kept across reports, and the run's debuginfod client (each build-id fetched once).
 #[derive(Default)]
 pub struct SymbolCache {
     objects: Mutex<HashMap<String, (Option<Identity>, Opened)>>,
+    debuginfod: Option<Client>,
 }
 
 impl std::fmt::Debug for SymbolCache {
@@ -70,6 +73,14 @@ fn identity(path: &str) -> Option<Identity> {
 }
 
 impl SymbolCache {
+    /// An empty cache whose objects without a debug file on disk ask `debuginfod`'s servers for one.
+    pub fn new(debuginfod: Option<Debuginfod>) -> SymbolCache {
+        SymbolCache {
+            objects: Mutex::default(),
+            debuginfod: debuginfod.map(Client::new),
+        }
+    }
+
     /// The objects `paths`, each opened once while its file stays the same (in parallel: loading DWARF is
     /// most of the cost), by key.
     pub fn open_all(&self, targets: &[ToOpen<'_>]) -> Vec<(String, Opened)> {
@@ -93,7 +104,8 @@ impl SymbolCache {
                 .iter()
                 .map(|&i| {
                     let t = targets[i];
-                    scope.spawn(move || (i, t.open()))
+                    let client = self.debuginfod.as_ref();
+                    scope.spawn(move || (i, t.open(client)))
                 })
                 .collect();
             handles.into_iter().filter_map(|h| h.join().ok()).collect()

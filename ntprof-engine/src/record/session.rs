@@ -192,7 +192,7 @@ impl Session {
             busy_until: None,
             rounds: 0,
             own_exec: first_pid,
-            symbols: Default::default(),
+            symbols: crate::collect::SymbolCache::new(opts.debuginfod.clone()),
             applied_until: 0,
             stats_base: Vec::new(),
         })

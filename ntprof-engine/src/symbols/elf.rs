@@ -14,6 +14,8 @@ use std::sync::Mutex;
 
 use object::{Object, ObjectSegment, ReadCache};
 
+use super::debugfile::{self, NameSource, Wanted};
+use super::debuginfod::Client;
 use super::dwarf::{self, Context};
 use super::fde::FdeIndex;
 use super::gopclntab::GoTable;
@@ -62,6 +64,10 @@ pub struct ElfSymbolizer {
     /// A Go binary's own function table (`.gopclntab`): names, files, lines and inlined frames without
     /// `.symtab` or DWARF.
     go: Option<GoTable>,
+    /// Where its names come from.
+    sources: Vec<NameSource>,
+    /// Where its debug file was looked for and not found (for a module without names).
+    looked: Vec<String>,
     /// What could not be read, for the report's notes.
     problems: Vec<String>,
     lazy: Mutex<Lazy>,
@@ -83,16 +89,32 @@ impl ElfSymbolizer {
     pub fn open(path: &Path) -> Result<ElfSymbolizer, String> {
         let (handle, len) =
             files::open(path, &Owners::Any).map_err(|e| format!("{}: {e}", path.display()))?;
-        Self::from_file((path, path), handle, len, &Root::Host)
+        Self::from_file((path, path), handle, len, &Root::Host, None)
     }
 
     /// [`open`](Self::open) for an object a process mapped: the very file that was mapped (held open since),
-    /// its debug files found in the process's own root.
-    pub fn open_object(object: &ObjectFile) -> Result<ElfSymbolizer, String> {
+    /// its debug files found in the process's own root, else (with `debuginfod`) fetched by build-id.
+    pub fn open_object(
+        object: &ObjectFile,
+        debuginfod: Option<&Client>,
+    ) -> Result<ElfSymbolizer, String> {
         let path = Path::new(&object.path);
         let (handle, len) = files::checked(object.reopen()?, &Owners::Any)
             .map_err(|e| format!("{}: {e}", path.display()))?;
-        Self::from_file((path, &object.open_path()), handle, len, &object.root)
+        Self::from_file(
+            (path, &object.open_path()),
+            handle,
+            len,
+            &object.root,
+            debuginfod,
+        )
+    }
+
+    /// [`open`](Self::open), with `debuginfod` asked for a debug file none on disk gives.
+    pub fn open_with(path: &Path, debuginfod: Option<&Client>) -> Result<ElfSymbolizer, String> {
+        let (handle, len) =
+            files::open(path, &Owners::Any).map_err(|e| format!("{}: {e}", path.display()))?;
+        Self::from_file((path, path), handle, len, &Root::Host, debuginfod)
     }
 
     /// The object `path` (as its process names it, resolved in `root`; `open` opens it on the host), opened
@@ -102,6 +124,7 @@ impl ElfSymbolizer {
         handle: std::fs::File,
         len: u64,
         root: &Root,
+        debuginfod: Option<&Client>,
     ) -> Result<ElfSymbolizer, String> {
         let owner = std::os::unix::fs::MetadataExt::uid(
             &handle
@@ -129,9 +152,17 @@ impl ElfSymbolizer {
         let build_id_bytes = file.build_id().ok().flatten().map(<[u8]>::to_vec);
         let build_id = build_id_bytes.as_deref().map(hex);
         let mut symbols = Vec::new();
-        text_symbols(&file, &mut symbols);
-        if let Err(e) = minidebug::symbols(&file, &mut symbols) {
-            problems.push(format!("{}: {e}", path.display()));
+        let mut sources = Vec::new();
+        let [symtab, dynsym] = text_symbols(&file, &mut symbols);
+        sources.extend((symtab > 0).then_some(NameSource::Symtab));
+        sources.extend((dynsym > 0).then_some(NameSource::Dynsym));
+        match minidebug::symbols(&file, &mut symbols) {
+            Ok(Some(n)) if n > 0 => sources.push(NameSource::MiniDebugInfo),
+            Ok(_) => {}
+            Err(e) => problems.push(format!("{}: {e}", path.display())),
+        }
+        if go.is_some() {
+            sources.push(NameSource::Pclntab);
         }
         // The PLT stubs, `function@plt`: below any name a symbol table gives the same address.
         symbols.extend(plt::plt_symbols(&file).into_iter().map(|s| {
@@ -140,47 +171,29 @@ impl ElfSymbolizer {
         }));
         let (mut dwarf_file, mut debug_file) = (None, None);
         let debug_owners = Owners::Of(vec![owner]);
+        let mut looked = Vec::new();
         if has_dwarf(&file) {
             dwarf_file = Some((Root::Host, open.to_path_buf()));
+            sources.push(NameSource::Dwarf);
         } else {
             let link = file
                 .gnu_debuglink()
                 .ok()
                 .flatten()
                 .map(|(name, _crc)| name.to_vec());
-            for candidate in debug_file_candidates(path, build_id_bytes.as_deref(), link.as_deref())
-            {
-                if candidate == path || !root.exists(&candidate) {
-                    continue;
-                }
-                let (handle, dlen) = match files::open_in(root, &candidate, &debug_owners) {
-                    Ok(h) => h,
-                    Err(e) => {
-                        problems.push(format!(
-                            "the debug file {} of {} is not used: {e}",
-                            candidate.display(),
-                            path.display()
-                        ));
-                        continue;
-                    }
-                };
-                let dcache = ReadCache::new(Budgeted::new(handle, dlen));
-                let Ok(dfile) = object::File::parse(&dcache) else {
-                    continue;
-                };
-                // A debug file for another build would give wrong names and lines: the build-ids must agree
-                // when both have one.
-                if let (Some(a), Ok(Some(b))) = (&build_id_bytes, dfile.build_id()) {
-                    if a.as_slice() != b {
-                        continue;
-                    }
-                }
-                text_symbols(&dfile, &mut symbols);
-                if has_dwarf(&dfile) {
-                    dwarf_file = Some((root.clone(), candidate.clone()));
-                    debug_file = Some(candidate);
-                    break;
-                }
+            let want = Wanted {
+                path,
+                root,
+                build_id: build_id_bytes.as_deref(),
+                link: link.as_deref(),
+                owners: &debug_owners,
+                debuginfod,
+            };
+            let found = debugfile::find(&want, &mut symbols, &mut problems, &mut looked);
+            sources.extend(found.sources);
+            if let Some((root, p)) = found.dwarf {
+                debug_file = Some(p.clone());
+                dwarf_file = Some((root, p));
             }
         }
         let dwarf_owners = if debug_file.is_some() {
@@ -205,6 +218,8 @@ impl ElfSymbolizer {
             dwarf_owners,
             debug_file,
             go,
+            sources,
+            looked,
             problems,
             lazy: Mutex::new(Lazy::default()),
         })
@@ -215,7 +230,7 @@ impl ElfSymbolizer {
     pub fn from_image(name: &str, image: &[u8]) -> Result<ElfSymbolizer, String> {
         let file = object::File::parse(image).map_err(|e| format!("cannot parse {name}: {e}"))?;
         let mut symbols = Vec::new();
-        text_symbols(&file, &mut symbols);
+        let [symtab, dynsym] = text_symbols(&file, &mut symbols);
         let lazy = Lazy {
             fdes: Some(FdeIndex::of_file(&file)),
             ..Lazy::default()
@@ -233,6 +248,11 @@ impl ElfSymbolizer {
             dwarf_owners: Owners::Any,
             debug_file: None,
             go: None,
+            sources: [(symtab, NameSource::Symtab), (dynsym, NameSource::Dynsym)]
+                .into_iter()
+                .filter_map(|(n, s)| (n > 0).then_some(s))
+                .collect(),
+            looked: Vec::new(),
             problems: Vec::new(),
             lazy: Mutex::new(lazy),
         })
@@ -393,6 +413,31 @@ impl ElfSymbolizer {
         lazy.dwarf.as_ref().and_then(Option::as_ref)
     }
 
+    /// Where the names of this object come from, in a fixed order.
+    pub fn name_sources(&self) -> Vec<NameSource> {
+        let mut all = self.sources.clone();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
+    /// Why this object has no names, when it has none: what it lacks and where its debug file was looked for.
+    pub fn unnamed_reason(&self) -> Option<String> {
+        if !self.sources.is_empty() {
+            return None;
+        }
+        let mut why =
+            "stripped: no .symtab, .dynsym, .gnu_debugdata or .gopclntab names".to_string();
+        if self.build_id.is_none() {
+            why.push_str("; no build-id to find a debug file by");
+        }
+        if !self.looked.is_empty() {
+            why.push_str("; no debug file: ");
+            why.push_str(&self.looked.join(", "));
+        }
+        Some(why)
+    }
+
     /// What could not be read of this object and its debug file, for the report's notes (the DWARF's
     /// problem once an address needed it).
     pub fn problems(&self) -> Vec<String> {
@@ -426,59 +471,4 @@ impl ElfSymbolizer {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use object::ObjectSymbol;
-
-    /// libc's `malloc` is named `malloc`, although `__libc_malloc` (and, with libc's debug file installed,
-    /// `__GI___libc_malloc`) name the same address.
-    #[test]
-    fn libc_malloc_is_malloc() {
-        let maps = super::super::read_maps("self").unwrap();
-        let Some(libc) = maps
-            .iter()
-            .find(|m| m.is_executable() && m.path.contains("/libc.so"))
-        else {
-            crate::symbols::hostile::skip::skip(
-                "this test binary is not linked against a shared libc",
-            );
-            return;
-        };
-        let elf = ElfSymbolizer::open(Path::new(&libc.path)).unwrap();
-        let data = std::fs::read(&libc.path).unwrap();
-        let file = object::File::parse(&*data).unwrap();
-        let malloc = file
-            .dynamic_symbols()
-            .find(|s| s.name() == Ok("malloc") && s.is_definition())
-            .expect("libc defines malloc");
-        let aliases = file
-            .dynamic_symbols()
-            .filter(|s| s.address() == malloc.address() && s.name() != Ok("malloc"))
-            .count();
-        assert!(
-            aliases > 0,
-            "libc has aliases of malloc (__libc_malloc): the test would prove nothing"
-        );
-        let s = elf.symbol(malloc.address() + 1).unwrap();
-        assert_eq!(s.name, "malloc", "{elf:?}");
-        assert_eq!(
-            elf.resolve(malloc.address() + 1).symbol.unwrap().name,
-            "malloc"
-        );
-    }
-
-    /// The last address is looked up without a panic: addr2line computes the address after the one looked up,
-    /// which overflows there (a fuzzer found it; debug and fuzz builds check overflow).
-    #[test]
-    fn the_last_address_resolves_to_nothing() {
-        let exe = std::env::current_exe().unwrap();
-        let elf = ElfSymbolizer::open(&exe).unwrap();
-        assert!(
-            elf.dwarf(&mut elf.lock()).is_some(),
-            "the test binary has DWARF: the test would prove nothing"
-        );
-        let r = elf.resolve(u64::MAX);
-        assert!(r.frames.is_empty(), "{:?}", r.frames);
-        assert_eq!(elf.location(u64::MAX), None);
-    }
-}
+mod tests;

@@ -26,15 +26,21 @@
 //! binary search), names are demangled when a lookup returns them, and DWARF is opened and consulted only for
 //! addresses that need a line, with every answer cached per module (`elf`).
 //!
-//! Rooms: `table` (the index and the choice among aliases), `elf` (ELF objects, debug files, DWARF), `fde`
-//! (function bounds from `.eh_frame`),
-//! `kernel` (kallsyms).
+//! **debuginfod.** With servers configured, an object whose debug file is on no disk has it fetched by
+//! build-id and cached as elfutils' client caches it (`debuginfod`); it is used only when its build-id is the
+//! object's.
+//!
+//! Rooms: `table` (the index and the choice among aliases), `elf` (ELF objects, DWARF), `debugfile` (the
+//! separate debug file and where names came from), `debuginfod` (fetching it), `fde` (function bounds from
+//! `.eh_frame`), `kernel` (kallsyms).
 
 use std::borrow::Cow;
 use std::path::Path;
 
 use crate::report::Frame;
 
+pub(crate) mod debugfile;
+pub mod debuginfod;
 pub(crate) mod dwarf;
 pub(crate) mod elf;
 pub(crate) mod fde;
@@ -49,6 +55,7 @@ pub(crate) mod symtab;
 pub(crate) mod table;
 pub(crate) mod vdso;
 
+pub use debugfile::NameSource;
 pub use elf::ElfSymbolizer;
 pub use kernel::{KERNEL_MODULE, Kallsyms};
 pub use process::ProcessSymbolizer;

@@ -32,16 +32,20 @@ fn section_ends<'data, R: ReadRef<'data>>(file: &object::File<'data, R>) -> Vec<
 
 /// The function symbols of `.symtab` and `.dynsym`, each with the end of its section. Each table and its string
 /// table are read in one piece (a per-name read through the cache would cost a system call per symbol) and
-/// decoded directly.
+/// decoded directly. Returns how many came from each: `[.symtab, .dynsym]`.
 pub fn text_symbols<'data, R: ReadRef<'data>>(
     file: &object::File<'data, R>,
     out: &mut Vec<Candidate>,
-) {
+) -> [usize; 2] {
     let ends = section_ends(file);
     let end_of = |index: usize| ends.get(index).copied().unwrap_or(u64::MAX);
     let object::File::Elf64(elf) = file else {
-        return text_symbols_generic(file, &end_of, out);
+        let before = out.len();
+        text_symbols_generic(file, &end_of, out);
+        // Not told apart there: counted as .symtab's.
+        return [out.len() - before, 0];
     };
+    let mut counts = [0; 2];
     let endian = elf.endian();
     let little = file.is_little_endian();
     let u32_at = |b: &[u8], at: usize| {
@@ -114,6 +118,7 @@ pub fn text_symbols<'data, R: ReadRef<'data>>(
                 STB_WEAK => Binding::Weak,
                 _ => Binding::Global,
             };
+            counts[slot] += 1;
             // Special section indexes (absolute symbols, `SHN_XINDEX`) are past every section: no limit.
             out.push((
                 Symbol {
@@ -126,6 +131,7 @@ pub fn text_symbols<'data, R: ReadRef<'data>>(
             ));
         }
     }
+    counts
 }
 
 /// The same through object's symbol iterators, for objects other than 64-bit ELF.

@@ -160,6 +160,10 @@ impl TopArgs {
         o.pid = self.pid.clone();
         o.cgroup = self.cgroup.clone();
         o.profile = self.profile.options();
+        // top's screen is drawn over: a long debuginfod fetch delays a refresh, and says nothing on it.
+        if let Some(d) = o.profile.debuginfod.as_mut() {
+            d.progress = false;
+        }
         o
     }
 
