@@ -408,6 +408,14 @@ pub struct ModuleReport {
     /// Milliseconds after the run's start at which this module was first mapped, the moment from which its
     /// samples count in it (0 for modules present at the start; later for libraries loaded with `dlopen`).
     pub profiled_from_ms: f64,
+    /// Where its names came from ([`crate::symbols::NameSource::as_str`]: `symtab`, `dynsym`, `dwarf`,
+    /// `debug file by build-id`, `debug file by debuglink`, `debuginfod`, `minidebuginfo`, `pclntab`,
+    /// `perf map`, `jitdump`, `kallsyms`); empty when nothing names it.
+    #[serde(default)]
+    pub names: Vec<String>,
+    /// Why nothing names it (its code then shows as `module+0x…`), when nothing does.
+    #[serde(default)]
+    pub unnamed: Option<String>,
 }
 
 /// A function with its samples, aggregated over its buckets.

@@ -212,6 +212,8 @@ fn module_rows(input: &Inputs<'_>, samples: &HashMap<u32, u64>, total: u64) -> V
             samples: n,
             share: 0.0,
             profiled_from_ms: from_ms,
+            names: placed.names.clone(),
+            unnamed: placed.unnamed.clone(),
         });
     }
     for r in &mut rows {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::cache::{SymbolCache, ToOpen};
 
 use crate::report::Frame;
-use crate::symbols::{ElfSymbolizer, Kallsyms, Mapping, vdso};
+use crate::symbols::{ElfSymbolizer, Kallsyms, Mapping, NameSource, vdso};
 use crate::tree::jit::{self, PerfMap};
 use crate::tree::jitdump::JitState;
 use crate::tree::space::{Module, ModuleKind};
@@ -60,6 +60,10 @@ pub struct Placed {
     pub bias: u64,
     /// The GNU build-id.
     pub build_id: Option<String>,
+    /// Where its names come from.
+    pub names: Vec<String>,
+    /// Why nothing names it, when nothing does.
+    pub unnamed: Option<String>,
 }
 
 /// One symbolized location.
@@ -205,6 +209,7 @@ impl<'a> Symbolizers<'a> {
     fn place(&self, m: &Module) -> Placed {
         let (start, end, pgoff) = m.first;
         let (mut name, mut path) = (m.name.clone(), m.path.clone());
+        let (names, unnamed) = self.name_sources(m);
         let (bias, build_id) = match &m.kind {
             ModuleKind::File => {
                 let elf = self.elf_of(m);
@@ -259,6 +264,60 @@ impl<'a> Symbolizers<'a> {
             first: m.first,
             bias,
             build_id,
+            names: names.iter().map(|s| s.as_str().to_string()).collect(),
+            unnamed,
+        }
+    }
+
+    /// Where the names of `m` come from, and why nothing names it when nothing does.
+    fn name_sources(&self, m: &Module) -> (Vec<NameSource>, Option<String>) {
+        let of_elf = |elf: Option<&ElfSymbolizer>, refused: Option<&String>| match elf {
+            Some(e) => (e.name_sources(), e.unnamed_reason()),
+            None => (
+                Vec::new(),
+                Some(match refused {
+                    Some(e) => format!("not read: {e}"),
+                    None => "the file could not be read (see the notes)".to_string(),
+                }),
+            ),
+        };
+        match &m.kind {
+            ModuleKind::File => {
+                let refused = match &m.object {
+                    Some(Err(e)) => Some(e),
+                    _ => None,
+                };
+                of_elf(self.elf_of(m), refused)
+            }
+            ModuleKind::Special if m.path == vdso::VDSO => of_elf(self.vdso.as_ref(), None),
+            ModuleKind::Special => (
+                Vec::new(),
+                Some("a kernel-made mapping with no file".into()),
+            ),
+            ModuleKind::Anon { pid } => {
+                let mut names = Vec::new();
+                if self.jit.dump_path(*pid).is_some() {
+                    names.push(NameSource::Jitdump);
+                }
+                if self.perf_map(*pid).is_some() {
+                    names.push(NameSource::PerfMap);
+                }
+                let why = names.is_empty().then(|| {
+                    format!(
+                        "anonymous memory (JIT code?) and process {pid} wrote no perf map (/tmp/perf-{pid}.map)                          or jitdump file"
+                    )
+                });
+                (names, why)
+            }
+            ModuleKind::JitDump { .. } => (vec![NameSource::Jitdump], None),
+            ModuleKind::Kernel(_) => match self.kallsyms {
+                Some(_) => (vec![NameSource::Kallsyms], None),
+                None => (Vec::new(), Some("/proc/kallsyms could not be read".into())),
+            },
+            ModuleKind::Range => (
+                Vec::new(),
+                Some("a raw address range: no file names it".into()),
+            ),
         }
     }
 

@@ -74,6 +74,8 @@ pub fn report() -> Report {
         samples,
         share: samples as f64 / 1000.0,
         profiled_from_ms: 0.0,
+        names: vec!["symtab".into(), "dwarf".into()],
+        unnamed: None,
     };
     let function = |module: &str, name: &str, address: u64, file: &str, line: u32, samples: u64| {
         FunctionReport {

@@ -154,7 +154,7 @@ pub fn find(
             }
         }
         Err(e) => {
-            problems.push(format!("{}: {e}", path.display()));
+            problems.push(e.clone());
             looked.push(e);
         }
     }

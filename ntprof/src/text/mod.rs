@@ -307,6 +307,8 @@ mod tests {
                     samples: 1900,
                     share: 0.95,
                     profiled_from_ms: 0.0,
+                    names: vec!["symtab".into()],
+                    unnamed: None,
                 }],
                 functions: vec![FunctionReport {
                     command: "prog".into(),

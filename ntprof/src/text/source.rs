@@ -112,22 +112,32 @@ fn commands(out: &mut String, s: &SourceReport, top: usize) {
 
 fn modules(out: &mut String, s: &SourceReport, total: u64, width: Width) {
     let names: Vec<&str> = s.modules.iter().map(|m| m.name.as_str()).collect();
-    // The name, then 34 columns of counts before the path, which is printed whole.
+    let sources: Vec<String> = s
+        .modules
+        .iter()
+        .map(|m| match m.names.is_empty() {
+            true => "none".to_string(),
+            false => m.names.join(", "),
+        })
+        .collect();
+    let sw = sources.iter().map(|n| n.len()).max().unwrap_or(0).max(10);
+    // The name, then 34 columns of counts and the name sources before the path, which is printed whole.
     let paths = longest(s.modules.iter().map(|m| m.path.as_str()));
-    let (w, texts) = fit_plain(&names, 28, cap(width, 34 + paths, 28));
+    let (w, texts) = fit_plain(&names, 28, cap(width, 36 + sw + paths, 28));
     let _ = writeln!(
         out,
-        "\n  {:<w$} {:>9} {:>7}  {:>10}  path",
-        "Module", "Samples", "Share", "from (ms)"
+        "\n  {:<w$} {:>9} {:>7}  {:>10}  {:<sw$}  path",
+        "Module", "Samples", "Share", "from (ms)", "names from"
     );
-    for (m, text) in s.modules.iter().zip(&texts) {
+    for ((m, text), n) in s.modules.iter().zip(&texts).zip(&sources) {
         let _ = writeln!(
             out,
-            "  {:<w$} {:>9} {:>7}  {:>10.1}  {}",
+            "  {:<w$} {:>9} {:>7}  {:>10.1}  {:<sw$}  {}",
             text,
             m.samples,
             pct(m.share),
             m.profiled_from_ms,
+            n,
             m.path
         );
     }
@@ -145,6 +155,11 @@ fn modules(out: &mut String, s: &SourceReport, total: u64, width: Width) {
     );
     if s.stats.lost > 0 {
         let _ = writeln!(out, "  {:<w$} {:>9}", "(lost: ring full)", s.stats.lost);
+    }
+    for m in &s.modules {
+        if let Some(why) = &m.unnamed {
+            let _ = writeln!(out, "  ({} has no names: {why})", m.name);
+        }
     }
 }
 
