@@ -79,6 +79,7 @@ fn built() -> &'static Built {
                 Command::new("objcopy").args(["--only-keep-debug", name, &format!("{name}.debug")]),
                 &dir,
             );
+            std::fs::copy(dir.join(name), dir.join(format!("{name}_full"))).unwrap();
             run(Command::new("strip").args(["--strip-all", name]), &dir);
         };
         build("spin", "served");
@@ -94,6 +95,13 @@ fn built() -> &'static Built {
             "the two builds must differ"
         );
         let other_debug = dir.join("spin_other.debug");
+        // A stripped twin that names its debug file with .gnu_debuglink, the file beside it.
+        std::fs::copy(dir.join("spin"), dir.join("spin_link")).unwrap();
+        std::fs::copy(&debug, dir.join("spin_link.debug")).unwrap();
+        run(
+            Command::new("objcopy").args(["--add-gnu-debuglink=spin_link.debug", "spin_link"]),
+            &dir,
+        );
         Built {
             prog: dir.join("spin"),
             id,
@@ -161,11 +169,15 @@ impl Run {
 
     /// The program's module row.
     fn module(&self) -> &Value {
+        self.module_named("spin")
+    }
+
+    fn module_named(&self, name: &str) -> &Value {
         self.report["sources"][0]["modules"]
             .as_array()
             .unwrap()
             .iter()
-            .find(|m| m["name"] == "spin")
+            .find(|m| m["name"] == name)
             .unwrap_or_else(|| panic!("no module spin: {}", self.report))
     }
 
@@ -183,17 +195,18 @@ fn record(tag: &str, env: &[(&str, &str)], args: &[&str]) -> Run {
 
 /// [`record`], with ntprof's progress on stderr when `said`.
 fn record_said(tag: &str, env: &[(&str, &str)], args: &[&str], said: bool) -> Run {
+    record_of(&built().prog, tag, env, args, said)
+}
+
+/// [`record_said`] of the program `prog`.
+fn record_of(prog: &Path, tag: &str, env: &[(&str, &str)], args: &[&str], said: bool) -> Run {
     let b = built();
     let json = b.dir.join(format!("{tag}.json"));
     let peak = b.dir.join(format!("{tag}.peak"));
     let mut cmd = Command::new("/usr/bin/time");
     cmd.arg("-f").arg("%M").arg("-o").arg(&peak).arg(NTPROF);
     cmd.arg("record").args((!said).then_some("-q"));
-    cmd.arg("--json")
-        .arg(&json)
-        .args(args)
-        .arg("--")
-        .arg(&b.prog);
+    cmd.arg("--json").arg(&json).args(args).arg("--").arg(prog);
     for (k, _) in std::env::vars() {
         if k.starts_with("DEBUGINFOD_") {
             cmd.env_remove(k);
@@ -643,5 +656,62 @@ fn the_debug_file_of_another_build_never_names() {
         Hostile::OtherBuild,
         &[],
         &format!("the debug file of another build (build-id {other}); not used"),
+    );
+}
+
+/// The module table says where names came from: the unstripped program's own `.symtab` and DWARF, the stripped
+/// twin's debug file through `.gnu_debuglink`, and for the stripped program alone nothing, with why.
+#[test]
+fn module_rows_say_where_their_names_came_from() {
+    if !tools_or_skip() {
+        return;
+    }
+    let b = built();
+    let full = record_of(&b.dir.join("spin_full"), "full", &[], &[], false);
+    assert!(full.named(), "{:?}", full.functions());
+    let row = full.module_named("spin_full");
+    let names: Vec<&str> = row["names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"symtab") && names.contains(&"dwarf"),
+        "{row}"
+    );
+    assert!(row["unnamed"].is_null(), "{row}");
+
+    let link = record_of(&b.dir.join("spin_link"), "link", &[], &[], false);
+    assert!(link.named(), "{:?}", link.functions());
+    let row = link.module_named("spin_link");
+    assert_eq!(
+        row["names"],
+        serde_json::json!(["debug file by debuglink"]),
+        "{row}"
+    );
+
+    let bare = baseline();
+    assert!(bare.unnamed(), "{:?}", bare.functions());
+    let row = bare.module();
+    assert_eq!(row["names"], serde_json::json!([]), "{row}");
+    let why = row["unnamed"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no reason: {row}"));
+    assert!(
+        why.contains("stripped")
+            && why.contains(&format!(
+                "/usr/lib/debug/.build-id/{}/{}.debug (absent)",
+                &b.id[..2],
+                &b.id[2..]
+            ))
+            && why.contains("debuginfod is off"),
+        "{why}"
+    );
+    // The text report says it too.
+    assert!(
+        bare.stderr.is_empty() || bare.stderr.contains("has no names"),
+        "{}",
+        bare.stderr
     );
 }
