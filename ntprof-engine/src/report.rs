@@ -1,13 +1,11 @@
 //! The report model: everything one `ntprof` run measured, resolved to modules, functions and lines.
 //!
 //! Every output format is rendered from a [`Report`] alone (text, JSON, CSV, pprof, flame graph), so that
-//! `ntprof report FILE.json` can render a saved run again in any format without re-running it. The JSON form of
-//! this model *is* the documented, versioned schema (`schema_version`); a change that removes or renames a field
-//! increments [`SCHEMA_VERSION`].
+//! `ntprof report FILE.json` can render a saved run again in any format without re-running it. Its JSON form *is*
+//! the documented, versioned schema (a field removed or renamed increments [`SCHEMA_VERSION`]).
 //!
 //! Addresses are runtime virtual addresses of the profiled process (or the kernel); `offset` fields are relative
-//! to the module's file (the ELF virtual address space of the object, as `addr2line -e FILE` and pprof's mapping
-//! `file_offset` arithmetic expect them).
+//! to the module's file (its ELF virtual address space, as `addr2line -e FILE` and pprof's `file_offset` take).
 #![allow(dead_code)] // The contract between the recorder and the renderers; fields are read as they land.
 
 use serde::{Deserialize, Serialize};
@@ -405,16 +403,12 @@ pub struct ModuleReport {
     pub samples: u64,
     /// `samples / (counted + outside)` of the source, 0..=1.
     pub share: f64,
-    /// Milliseconds after the run's start at which this module was first mapped, the moment from which its
-    /// samples count in it (0 for modules present at the start; later for libraries loaded with `dlopen`).
+    /// Milliseconds after the run's start at which it was first mapped, from which its samples count (0 at start).
     pub profiled_from_ms: f64,
-    /// Where its names came from ([`crate::symbols::NameSource::as_str`]: `symtab`, `dynsym`, `dwarf`,
-    /// `debug file by build-id`, `debug file by debuglink`, `debuginfod`, `minidebuginfo`, `pclntab`,
-    /// `perf map`, `jitdump`, `kallsyms`); empty when nothing names it.
-    #[serde(default)]
+    /// Where its names came from (`symtab`, `debuginfod`, …: `NameSource`); empty when nothing names it.
+    #[serde(default)] // Profiles written before it.
     pub names: Vec<String>,
-    /// Why nothing names it (its code then shows as `module+0x…`), when nothing does.
-    #[serde(default)]
+    /// Why nothing names it (its code shows as `module+0x…`); `None` when something does.
     pub unnamed: Option<String>,
 }
 

@@ -6,7 +6,7 @@
 //! build-ids are fetched at the same time; a second object of the same build-id waits for the first's answer).
 //! A file is used, and kept in the cache, only when it is an ELF file of the very build-id asked for: a server
 //! that answers another build's file, garbage, too much or nothing in time names nothing and costs bounded
-//! time and memory ([`fetch`]). A file already in the cache is used on the same condition. Servers are asked
+//! time and memory (see `fetch`). A file already in the cache is used on the same condition. Servers are asked
 //! in their order; the first with the file wins.
 
 mod fetch;
