@@ -556,13 +556,18 @@ fn a_server_that_never_answers_costs_the_timeout() {
         "no answer in time",
         true,
     );
-    // The response is awaited 2 s (DEBUGINFOD_TIMEOUT); objects are fetched in parallel, so the run's extra
-    // time is one timeout, plus the scheduling of a loaded 2-processor machine (allowed 4 s more).
+    // The response is awaited 2 s (DEBUGINFOD_TIMEOUT) while the report is built (its symbolize_ms, which
+    // the baseline's noise does not touch); objects are fetched in parallel, so that is one timeout, plus the
+    // scheduling of a loaded 2-processor machine (allowed 4 s more). The whole run is bounded the same way.
+    let symbolize_ms = run.report["run"]["symbolize_ms"].as_f64().unwrap();
+    assert!(
+        (1900.0..6000.0).contains(&symbolize_ms),
+        "symbolizing took {symbolize_ms} ms"
+    );
     let extra = run.took.saturating_sub(baseline().took);
     assert!(
-        extra >= Duration::from_millis(1900) && extra < Duration::from_secs(6),
-        "the run took {:?} more than without debuginfod",
-        extra
+        extra < Duration::from_secs(6),
+        "the run took {extra:?} more than without debuginfod"
     );
     // A wait that lasts is said, with what it waits for.
     assert!(
