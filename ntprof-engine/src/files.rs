@@ -14,10 +14,14 @@ use std::io::{BufRead, Read};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::Path;
 
+// Paths given so that the fuzz targets, which include this file by its path, find them too (a module file
+// included by path looks for its modules beside it, not in a folder of its name).
+#[path = "files/object.rs"]
 mod object;
+#[path = "files/root.rs"]
 mod root;
 pub use object::{ObjectFile, Opened, device, mismatch};
-pub use root::{Root, Roots};
+pub use root::{Place, Root, Roots};
 
 /// The most of a jitdump that is read (its code bytes are skipped, not kept).
 pub const JITDUMP_CAP: u64 = 1 << 30;

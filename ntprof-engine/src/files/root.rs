@@ -196,3 +196,12 @@ mod tests {
         assert_eq!(roots.held(), 0);
     }
 }
+
+/// Where a process finds its files, and who it is in its own pid namespace.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Place {
+    /// Its root.
+    pub root: Root,
+    /// Its pid in its own (innermost) pid namespace, when that is not its host pid (`NSpid`).
+    pub ns_pid: Option<u32>,
+}

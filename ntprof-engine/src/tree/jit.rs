@@ -11,8 +11,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 
-use super::mapped::Place;
-use crate::files::{self, Owners};
+use crate::files::{self, Owners, Place};
 
 /// The name given to anonymous executable memory without a perf map entry.
 pub const ANON_MODULE: &str = "[anon]";

@@ -118,14 +118,7 @@ impl MappedFiles {
     }
 }
 
-/// Where a process finds its files, and who it is in its own pid namespace.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Place {
-    /// Its root.
-    pub root: Root,
-    /// Its pid in its own (innermost) pid namespace, when that is not its host pid (`NSpid`).
-    pub ns_pid: Option<u32>,
-}
+pub use crate::files::Place;
 
 /// The pid of `pid` in its innermost pid namespace (the last number of `NSpid` in `/proc/PID/status`), when it
 /// differs.
