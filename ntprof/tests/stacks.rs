@@ -554,9 +554,12 @@ fn threads_signal_handlers_and_stripped_programs_unwind() {
 
 #[test]
 fn kernel_stacks_with_kernel_and_g() {
+    // With frame pointers: `--kernel -- CMD` samples the command's user side too, and its frame-pointer
+    // chains continue from the system call into the program (without them they end at its first frame).
     common::gcc(
         &[
             "-O2",
+            "-fno-omit-frame-pointer",
             "-o",
             "syscalls",
             &Path::new(env!("CARGO_MANIFEST_DIR"))
