@@ -196,7 +196,9 @@ fn windows_cover_the_run_and_keep_the_designed_split() {
     let cpu_ms = split_cpu_ms(&stderr);
     let low = 0.94 * cpu_ms;
     assert!(
-        (low..=cpu_ms + 2.0).contains(&(all as f64)),
+        // Above by 1 % at most: 0.4 % over was measured on a loaded machine (a timer restarted on each
+        // switch back with at least 10 us left gives a period short now and then).
+        (low..=cpu_ms * 1.01 + 2.0).contains(&(all as f64)),
         "{all} samples in {} windows for {cpu_ms:.1} ms of CPU time (at least {low:.0}):\n{stderr}",
         windows.len()
     );
