@@ -60,7 +60,12 @@ fn build(flags: &[&str]) -> Option<PathBuf> {
     std::fs::create_dir_all(&dir).unwrap();
     let out = dir.join(format!("gohot-{tag}-{hash:08x}"));
     if !out.exists() {
-        let part = out.with_extension("part");
+        // Tests in this file run in parallel and may build the same program at once: each build writes its
+        // own name, and the atomic rename keeps one complete build.
+        static BUILDS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        // Relaxed: the counter only makes names unique within this process.
+        let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let part = out.with_extension(format!("part-{}-{n}", std::process::id()));
         run_ok(
             go_env(
                 Command::new(&go)

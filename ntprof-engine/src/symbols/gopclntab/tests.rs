@@ -85,9 +85,15 @@ pub fn go_program(toolchain: &str, flags: &[&str]) -> Option<PathBuf> {
     if out.exists() {
         return Some(out);
     }
-    let src = dir.join(format!("hot-{hash:08x}.go"));
+    // Tests run in parallel and may build the same program at once: each build has its own source and output
+    // names (rename is atomic, so the last complete build is the one kept, and every caller finds one).
+    static BUILDS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    // Relaxed: the counter only makes names unique within this process; nothing is ordered by it.
+    let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let unique = format!("{}-{n}", std::process::id());
+    let src = dir.join(format!("hot-{hash:08x}-{unique}.go"));
     std::fs::write(&src, PROGRAM).unwrap();
-    let tmp = out.with_extension("part");
+    let tmp = out.with_extension(format!("part-{unique}"));
     let t = tools();
     let status = Command::new("go")
         .arg("build")
@@ -108,6 +114,7 @@ pub fn go_program(toolchain: &str, flags: &[&str]) -> Option<PathBuf> {
         "GOTOOLCHAIN={toolchain} go build {flags:?} failed (the Go module proxy serves the toolchain)"
     );
     std::fs::rename(&tmp, &out).unwrap();
+    let _ = std::fs::remove_file(&src);
     Some(out)
 }
 
