@@ -324,6 +324,12 @@ fn names_fit_the_terminal_and_are_whole_off_one() {
     );
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     check(&stderr(&out), "no terminal", false);
+    // The line table's source text: whole off a terminal (the hot line's trailing comment too).
+    assert!(
+        stderr(&out).contains("acc >> 3); /* a hot line whose text is longer than the room a 230-column terminal leaves it */"),
+        "the hot line's source text whole:\n{}",
+        stderr(&out)
+    );
     // A 230-column terminal: the report on it, the names whole (they fit).
     let Some(_) = common::tool("tmux", common::on_path("tmux"), "apt-get install tmux") else {
         return;
@@ -374,9 +380,14 @@ fn names_fit_the_terminal_and_are_whole_off_one() {
     for l in screen
         .lines()
         .filter(|l| l.contains("wide_function") || l.contains("libwide"))
-        // The line table's source column (the text of main's call) is not fitted yet: known, noted.
-        .filter(|l| !l.contains(" main "))
     {
         assert!(l.chars().count() <= 230, "{l}");
     }
+    // The hot line's text is cut to the room left (its end shown as cut), not left out.
+    assert!(
+        screen
+            .lines()
+            .any(|l| l.contains("acc += i * i ^ (acc >> 3);") && l.trim_end().ends_with('…')),
+        "the hot line's source text cut to the terminal:\n{screen}"
+    );
 }

@@ -220,7 +220,7 @@ fn functions(
     }
 }
 
-fn lines(out: &mut String, s: &SourceReport, top: usize, column: Column, width: Width) {
+fn lines(out: &mut String, s: &SourceReport, top: usize, column: Column, term: Width) {
     let shown = &s.lines[..top.min(s.lines.len())];
     let names: Vec<&str> = shown.iter().map(|l| l.function.as_str()).collect();
     let modules: Vec<&str> = shown.iter().map(|l| l.module.as_str()).collect();
@@ -233,14 +233,15 @@ fn lines(out: &mut String, s: &SourceReport, top: usize, column: Column, width: 
             format!("{file}:{}", l.line)
         })
         .collect();
-    // Samples and share (21), the command, three names with a space after each, some of the source text.
+    // Samples and share (21), the command, three names with a space after each, and the start of the source
+    // text (24 characters: the names have the room first, the text takes what they leave).
     let text = longest(
         shown
             .iter()
             .map(|l| l.text.as_deref().map_or("", str::trim)),
     )
-    .min(60);
-    let budget = width.map(|w| w.saturating_sub(21 + column.width() + 3 + text));
+    .min(24);
+    let budget = term.map(|w| w.saturating_sub(21 + column.width() + 3 + text));
     let place_cap = budget.map(|b| longest(places.iter().map(String::as_str)).min(20.max(b / 5)));
     let budget = budget.map(|b| b.saturating_sub(place_cap.unwrap_or(0)));
     let (_, whole) = fit_column_in(&names, 20, None);
@@ -257,6 +258,14 @@ fn lines(out: &mut String, s: &SourceReport, top: usize, column: Column, width: 
     };
     let (width, texts) = fit_column_in(&names, 20, fn_cap);
     let (mod_w, module_texts) = fit_plain(&modules, 26, mod_cap);
+    // The source text takes what the columns before it leave of the terminal (cut at its end), and is whole off
+    // a terminal.
+    let before = 21 + column.width() + place_w + 1 + width + 1 + mod_w + 1;
+    let source = |t: &str| match term {
+        Some(w) if w <= before => String::new(),
+        Some(w) => head(t, w - before),
+        None => t.to_string(),
+    };
     let _ = writeln!(
         out,
         "\n  {:>9} {:>7}  {}{:<place_w$} {:<width$} {:<mod_w$} source",
@@ -277,7 +286,7 @@ fn lines(out: &mut String, s: &SourceReport, top: usize, column: Column, width: 
             place_texts[i],
             texts[i],
             module_texts[i],
-            l.text.as_deref().map(str::trim).unwrap_or("")
+            source(l.text.as_deref().map_or("", str::trim))
         );
     }
 }

@@ -7,6 +7,6 @@
 unsigned long FUNC(unsigned long n) {
     unsigned long acc = 0;
     for (unsigned long i = 0; i < n; i++)
-        acc += i * i ^ (acc >> 3);
+        acc += i * i ^ (acc >> 3); /* a hot line whose text is longer than the room a 230-column terminal leaves it */
     return acc;
 }
