@@ -91,8 +91,12 @@ pub fn go_program(toolchain: &str, flags: &[&str]) -> Option<PathBuf> {
     // Relaxed: the counter only makes names unique within this process; nothing is ordered by it.
     let n = BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let unique = format!("{}-{n}", std::process::id());
-    let src = dir.join(format!("hot-{hash:08x}-{unique}.go"));
-    std::fs::write(&src, PROGRAM).unwrap();
+    // One source path for every build (it is written into the binary: the stripped and unstripped twins must
+    // name the same file), put in place whole by a rename of this build's own copy.
+    let src = dir.join(format!("hot-{hash:08x}.go"));
+    let copy = dir.join(format!("hot-{hash:08x}-{unique}.go"));
+    std::fs::write(&copy, PROGRAM).unwrap();
+    std::fs::rename(&copy, &src).unwrap();
     let tmp = out.with_extension(format!("part-{unique}"));
     let t = tools();
     let status = Command::new("go")
@@ -114,7 +118,6 @@ pub fn go_program(toolchain: &str, flags: &[&str]) -> Option<PathBuf> {
         "GOTOOLCHAIN={toolchain} go build {flags:?} failed (the Go module proxy serves the toolchain)"
     );
     std::fs::rename(&tmp, &out).unwrap();
-    let _ = std::fs::remove_file(&src);
     Some(out)
 }
 
