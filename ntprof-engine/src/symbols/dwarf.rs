@@ -83,6 +83,19 @@ pub fn of_object<'d, R: ReadRef<'d>>(
         RunTimeEndian::Big
     };
     let load = |id: SectionId| -> Result<Reader, std::convert::Infallible> {
+        // Where variables live and the macros are never read for names, files and lines: those sections (often
+        // the largest, compressed in distribution debug files) are not read or inflated.
+        if matches!(
+            id,
+            SectionId::DebugLoc
+                | SectionId::DebugLocLists
+                | SectionId::DebugMacinfo
+                | SectionId::DebugMacro
+                | SectionId::DebugPubNames
+                | SectionId::DebugPubTypes
+        ) {
+            return Ok(EndianArcSlice::new(Arc::from(&[][..]), endian));
+        }
         let data: Cow<'_, [u8]> = object
             .section_by_name(id.name())
             .and_then(|s| {

@@ -124,7 +124,11 @@ pub fn text_symbols<'data, R: ReadRef<'data>>(
                 Symbol {
                     address: value,
                     size: u64_at(entry, 16),
-                    name: String::from_utf8_lossy(bytes).into_owned(),
+                    // Valid UTF-8 (nearly every name) is checked and copied at once; the rest lossily.
+                    name: match std::str::from_utf8(bytes) {
+                        Ok(name) => name.to_owned(),
+                        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+                    },
                 },
                 binding,
                 end_of(usize::from(shndx)),

@@ -90,15 +90,23 @@ impl SymbolTable {
 
     /// The same for entries that know the end of their section.
     pub fn ranked_in_sections(mut symbols: Vec<Candidate>) -> SymbolTable {
-        symbols.sort_unstable_by(|a, b| {
-            a.0.address
-                .cmp(&b.0.address)
-                .then_with(|| better((&a.0, a.1), (&b.0, b.1)))
-        });
-        symbols.dedup_by_key(|(s, _, _)| s.address);
-        let limits = symbols.iter().map(|&(_, _, limit)| limit).collect();
+        // Sorted by address alone (a comparison of integers: a large C++ program has 100,000 names), then the
+        // best name chosen within each run of aliases, which compares names only where they share an address.
+        symbols.sort_unstable_by_key(|(s, _, _)| s.address);
+        let mut kept: Vec<Symbol> = Vec::with_capacity(symbols.len());
+        let mut limits = Vec::with_capacity(symbols.len());
+        let mut rest = symbols.into_iter().peekable();
+        while let Some(mut best) = rest.next() {
+            while let Some(next) = rest.next_if(|n| n.0.address == best.0.address) {
+                if better((&next.0, next.1), (&best.0, best.1)) == Ordering::Less {
+                    best = next;
+                }
+            }
+            limits.push(best.2);
+            kept.push(best.0);
+        }
         SymbolTable {
-            symbols: symbols.into_iter().map(|(s, _, _)| s).collect(),
+            symbols: kept,
             limits,
         }
     }
