@@ -15,6 +15,7 @@ use super::super::session::{Session, Targets};
 use super::super::windows::{Cutter, Windows};
 use super::super::{EXIT_FAILURE, Failure, Outcome, kernel, launch, notes};
 use super::path::{Cgroup, CgroupRun, add_present, procs_of};
+use super::run::{ended, template};
 use crate::collect;
 use crate::options::ProfileOptions;
 use crate::progress::Progress;
@@ -222,15 +223,8 @@ pub fn run(
         joined: rescan.joined,
         left: rescan.ever_left.len() as u64,
     };
-    let template = |started_at: String| {
-        let mut run = collect::run_info(r.mode, r.command.to_vec(), None, started_at);
-        run.cpus = r.profile.cpus.as_ref().map(|c| c.0.clone());
-        run.bucket_log2 = r.profile.bucket.unwrap_or(0);
-        run.expected = r.profile.expect.clone();
-        run
-    };
     let mut cutter = windows.map(|w| {
-        let mut run = template(started_at.clone());
+        let mut run = template(r, started_at.clone());
         run.cgroup = Some(info(&rescan));
         Cutter::new(w, run, start_ns, &session)
     });
@@ -241,7 +235,7 @@ pub fn run(
     let left_duration = r
         .duration
         .map(|d| (d - t0.elapsed().as_secs_f64()).max(0.0));
-    let (ended_by, exit, hangup) = kernel::wait_kernel(
+    let end = kernel::wait_kernel(
         &mut session,
         child.as_ref(),
         &sigfd,
@@ -254,19 +248,16 @@ pub fn run(
     let duration = t0.elapsed();
     session.finish()?;
     progress.finish();
-    let mut run = template(started_at);
-    run.duration_s = duration.as_secs_f64();
-    run.recorder_cpu_ms = launch::own_cpu() * 1e3;
-    run.recorder_rounds = session.rounds;
-    run.exit_status = exit;
-    run.ended_by = ended_by.into();
+    let exit = end.1;
+    let mut run = ended(
+        r,
+        &session,
+        (started_at, duration),
+        end,
+        child.is_some(),
+        present.len(),
+    );
     run.cgroup = Some(info(&rescan));
-    run.notes = notes::user_notes(&session, present.len().max(1));
-    match hangup {
-        Some(at) if child.is_some() => run.notes.push(notes::hangup_passed_on(at, exit)),
-        Some(at) => run.notes.push(notes::hangup_ended(at)),
-        None => {}
-    }
     run.notes.push(format!(
         "cgroup {}: followed without the privilege to observe every task: its processes (cgroup.procs of it \
          and of the cgroups below it) sampled with every process they start; cgroup.procs read every {} ms, a \

@@ -10,6 +10,7 @@ use super::super::session::{Session, Targets};
 use super::super::windows::{Cutter, Windows};
 use super::super::{Failure, Outcome, kernel, launch, notes};
 use super::path::{Cgroup, CgroupRun, add_present, procs_of};
+use super::run::{ended, template};
 use crate::collect;
 use crate::progress::Progress;
 use crate::report::CgroupInfo;
@@ -43,15 +44,8 @@ pub(super) fn run(
         joined,
         left: 0,
     };
-    let template = |started_at: String| {
-        let mut run = collect::run_info(r.mode, r.command.to_vec(), None, started_at);
-        run.cpus = r.profile.cpus.as_ref().map(|c| c.0.clone());
-        run.bucket_log2 = r.profile.bucket.unwrap_or(0);
-        run.expected = r.profile.expect.clone();
-        run
-    };
     let mut cutter = windows.map(|w| {
-        let mut run = template(started_at.clone());
+        let mut run = template(r, started_at.clone());
         run.cgroup = Some(info(0));
         Cutter::new(w, run, start_ns, &session)
     });
@@ -61,7 +55,7 @@ pub(super) fn run(
         Some(_) => Some(launch::start(r.command, false)?),
         None => None,
     };
-    let (ended_by, exit, hangup) = kernel::wait_kernel(
+    let end = kernel::wait_kernel(
         &mut session,
         child.as_ref(),
         &sigfd,
@@ -74,20 +68,17 @@ pub(super) fn run(
     let duration = t0.elapsed();
     session.finish()?;
     progress.finish();
-    let mut run = template(started_at);
-    run.duration_s = duration.as_secs_f64();
-    run.recorder_cpu_ms = launch::own_cpu() * 1e3;
-    run.recorder_rounds = session.rounds;
-    run.exit_status = exit;
-    run.ended_by = ended_by.into();
+    let exit = end.1;
+    let mut run = ended(
+        r,
+        &session,
+        (started_at, duration),
+        end,
+        child.is_some(),
+        present.len(),
+    );
     let joined = u64::from(session.tracker.late_processes - late_before);
     run.cgroup = Some(info(joined));
-    run.notes = notes::user_notes(&session, present.len().max(1));
-    match hangup {
-        Some(at) if child.is_some() => run.notes.push(notes::hangup_passed_on(at, exit)),
-        Some(at) => run.notes.push(notes::hangup_ended(at)),
-        None => {}
-    }
     run.notes.push(format!(
         "cgroup {}: the kernel filtered processor-wide events by cgroup (the processes of the cgroup and of \
          the cgroups below it, only while they are in it); {} at the start, {} joined during the run",

@@ -13,6 +13,7 @@
 mod follow;
 mod kernel;
 mod path;
+mod run;
 
 use super::windows::Windows;
 use super::{EXIT_USAGE, Failure, Outcome};
