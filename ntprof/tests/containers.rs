@@ -395,15 +395,7 @@ fn node_in_a_pid_namespace_is_named_from_its_own_perf_map() {
     if !can_run() {
         return;
     }
-    let ok = Command::new("node")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    assert!(
-        ok.is_ok_and(|s| s.success()),
-        "node is required by this test and is missing or broken (install it: apt-get install nodejs)"
-    );
+    common::require_node();
     let dir = build_dir("containers-node");
     let js = dir.join("fib.js");
     // One hot JavaScript function, about 1.5 s of processor time.

@@ -8,7 +8,7 @@
 //! `node` is required: a missing one fails the test with the reason (CI installs nodejs).
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -27,18 +27,6 @@ const PHASES: [(&str, u32); 4] = [
 ];
 /// Runs to find one where V8 reused the memory of hot code (it nearly always does, at the first).
 const ATTEMPTS: usize = 3;
-
-fn require_node() {
-    let ok = Command::new("node")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    assert!(
-        ok.is_ok_and(|s| s.success()),
-        "node is required by this test and is missing or broken (install it: apt-get install nodejs)"
-    );
-}
 
 /// The phase files and the driver, in `dir`: the driver's path.
 fn write_program(dir: &Path) -> PathBuf {
@@ -189,7 +177,7 @@ fn jit_row<'a>(run: &'a Run, kind: &str) -> &'a Value {
 
 #[test]
 fn node_jit_code_is_named_by_time_from_its_jitdump() {
-    require_node();
+    common::require_node();
     let dir = common::build_dir("jitdump");
     let dir = dir.canonicalize().unwrap();
     let mut reused = Vec::new();
@@ -288,7 +276,7 @@ fn node_jit_code_is_named_by_time_from_its_jitdump() {
 
 #[test]
 fn a_perf_map_alone_says_where_names_may_be_mixed() {
-    require_node();
+    common::require_node();
     let dir = common::build_dir("perfmap");
     for attempt in 1..=ATTEMPTS {
         let run = record(&dir, &[], &["--perf-basic-prof"]);

@@ -333,3 +333,17 @@ pub fn inclusive_ns(source: &Value, function: &str) -> u64 {
         .map(|s| u(&s["samples"]))
         .sum()
 }
+
+/// Fail unless `node` runs: the tests of JavaScript's JIT code need it (CI installs it).
+#[allow(dead_code)] // Only the JIT tests ask.
+pub fn require_node() {
+    let ok = Command::new("node")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    assert!(
+        ok.is_ok_and(|s| s.success()),
+        "node is required by this test and is missing or broken (install it: apt-get install nodejs)"
+    );
+}

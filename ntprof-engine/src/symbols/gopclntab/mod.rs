@@ -241,26 +241,25 @@ impl GoTable {
                 t.filetab = inside(u64::from(filetab))?;
                 2 * ptr
             }
-            Version::V116 => {
-                let offsets: Vec<u64> = (2..=6).map(|i| word(c, i)).collect::<Result<_, _>>()?;
+            Version::V116 | Version::V118 | Version::V120 => {
+                // The five table offsets follow the header's words: from word 2 in 1.16, after the text start
+                // (word 2) from 1.18 on.
+                let first = if version == Version::V116 {
+                    2
+                } else {
+                    t.text_start = word(c, 2)?;
+                    3
+                };
+                let offsets: Vec<u64> = (first..first + 5)
+                    .map(|i| word(c, i))
+                    .collect::<Result<_, _>>()?;
                 t.funcnames = inside(offsets[0])?;
                 t.cutab = inside(offsets[1])?;
                 t.filetab = inside(offsets[2])?;
                 t.pctab = inside(offsets[3])?;
                 t.pclntable = inside(offsets[4])?;
                 t.functab = t.pclntable;
-                2 * ptr
-            }
-            Version::V118 | Version::V120 => {
-                t.text_start = word(c, 2)?;
-                let offsets: Vec<u64> = (3..=7).map(|i| word(c, i)).collect::<Result<_, _>>()?;
-                t.funcnames = inside(offsets[0])?;
-                t.cutab = inside(offsets[1])?;
-                t.filetab = inside(offsets[2])?;
-                t.pctab = inside(offsets[3])?;
-                t.pclntable = inside(offsets[4])?;
-                t.functab = t.pclntable;
-                8
+                if version == Version::V116 { 2 * ptr } else { 8 }
             }
         };
         // The entries (and the end entry after them) must lie inside the table.
