@@ -245,18 +245,15 @@ pub fn run(
         cutter.as_mut().map(|c| (c, None)),
         &mut |s| rescan.tick(s),
     )?;
-    let duration = t0.elapsed();
-    session.finish()?;
-    progress.finish();
     let exit = end.1;
     let mut run = ended(
         r,
-        &session,
-        (started_at, duration),
+        (&mut session, progress),
+        (started_at, t0),
         end,
         child.is_some(),
         present.len(),
-    );
+    )?;
     run.cgroup = Some(info(&rescan));
     run.notes.push(format!(
         "cgroup {}: followed without the privilege to observe every task: its processes (cgroup.procs of it \

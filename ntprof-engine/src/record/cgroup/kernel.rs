@@ -65,18 +65,15 @@ pub(super) fn run(
         cutter.as_mut().map(|c| (c, None)),
         &mut |_| Ok(()),
     )?;
-    let duration = t0.elapsed();
-    session.finish()?;
-    progress.finish();
     let exit = end.1;
     let mut run = ended(
         r,
-        &session,
-        (started_at, duration),
+        (&mut session, progress),
+        (started_at, t0),
         end,
         child.is_some(),
         present.len(),
-    );
+    )?;
     let joined = u64::from(session.tracker.late_processes - late_before);
     run.cgroup = Some(info(joined));
     run.notes.push(format!(

@@ -1,12 +1,13 @@
 //! What both ways of recording a cgroup put in the report's run: its header before the run, and how the run
 //! ended after it.
 
-use std::time::Duration;
+use std::time::Instant;
 
 use super::super::session::Session;
-use super::super::{launch, notes};
+use super::super::{Failure, launch, notes};
 use super::path::CgroupRun;
 use crate::collect;
+use crate::progress::Progress;
 use crate::report::RunInfo;
 
 /// The run's header as the options give it (command, processors, bucket size, expected shares).
@@ -21,17 +22,20 @@ pub(super) fn template(r: &CgroupRun<'_>, started_at: String) -> RunInfo {
 /// How a run ended, as the wait returned it: what ended it, the command's exit status, and when a hang-up came.
 pub(super) type Ended = (&'static str, Option<i32>, Option<f64>);
 
-/// The run after it ended: its header with its duration, the recorder's own CPU time and rounds, how it ended,
-/// and the notes (the user-space notes for `processes` processes, a hang-up passed on to the command or ending
-/// the run).
+/// The run after it ended: the session finished, the progress line closed, and the run's header with its
+/// duration (from `t0`), the recorder's own CPU time and rounds, how it ended, and the notes (the user-space
+/// notes for `processes` processes, a hang-up passed on to the command or ending the run).
 pub(super) fn ended(
     r: &CgroupRun<'_>,
-    session: &Session,
-    (started_at, duration): (String, Duration),
+    (session, progress): (&mut Session, &dyn Progress),
+    (started_at, t0): (String, Instant),
     (ended_by, exit, hangup): Ended,
     has_command: bool,
     processes: usize,
-) -> RunInfo {
+) -> Result<RunInfo, Failure> {
+    let duration = t0.elapsed();
+    session.finish()?;
+    progress.finish();
     let mut run = template(r, started_at);
     run.duration_s = duration.as_secs_f64();
     run.recorder_cpu_ms = launch::own_cpu() * 1e3;
@@ -44,5 +48,5 @@ pub(super) fn ended(
         Some(at) => run.notes.push(notes::hangup_ended(at)),
         None => {}
     }
-    run
+    Ok(run)
 }
