@@ -220,6 +220,9 @@ fn functions(
     }
 }
 
+/// The least of a line's source text shown on a terminal (its start).
+const SOURCE_START: usize = 24;
+
 fn lines(out: &mut String, s: &SourceReport, top: usize, column: Column, term: Width) {
     let shown = &s.lines[..top.min(s.lines.len())];
     let names: Vec<&str> = shown.iter().map(|l| l.function.as_str()).collect();
@@ -234,13 +237,13 @@ fn lines(out: &mut String, s: &SourceReport, top: usize, column: Column, term: W
         })
         .collect();
     // Samples and share (21), the command, three names with a space after each, and the start of the source
-    // text (24 characters: the names have the room first, the text takes what they leave).
+    // text (the names have the room first, the text takes what they leave).
     let text = longest(
         shown
             .iter()
             .map(|l| l.text.as_deref().map_or("", str::trim)),
     )
-    .min(24);
+    .min(SOURCE_START);
     let budget = term.map(|w| w.saturating_sub(21 + column.width() + 3 + text));
     let place_cap = budget.map(|b| longest(places.iter().map(String::as_str)).min(20.max(b / 5)));
     let budget = budget.map(|b| b.saturating_sub(place_cap.unwrap_or(0)));
@@ -258,12 +261,12 @@ fn lines(out: &mut String, s: &SourceReport, top: usize, column: Column, term: W
     };
     let (width, texts) = fit_column_in(&names, 20, fn_cap);
     let (mod_w, module_texts) = fit_plain(&modules, 26, mod_cap);
-    // The source text takes what the columns before it leave of the terminal (cut at its end), and is whole off
-    // a terminal.
+    // The source text takes what the columns before it leave of the terminal, at least its start (a terminal
+    // too narrow even for the names' least widths is overflowed by them already), cut at its end; whole off a
+    // terminal.
     let before = 21 + column.width() + place_w + 1 + width + 1 + mod_w + 1;
     let source = |t: &str| match term {
-        Some(w) if w <= before => String::new(),
-        Some(w) => head(t, w - before),
+        Some(w) => head(t, w.saturating_sub(before).max(SOURCE_START)),
         None => t.to_string(),
     };
     let _ = writeln!(
