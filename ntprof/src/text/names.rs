@@ -227,6 +227,9 @@ fn short_parts(name: &str) -> Option<(usize, usize)> {
             // A parameter list followed by `::` is an enclosing function's (`f()::{lambda()#1}::operator()`):
             // part of the qualified name.
             b'(' if depth == 0 && scope_after_parens(&b[i..]) => depth += 1,
+            // A Go method's receiver (`runtime.(*mheap).alloc`) follows a `.`: part of the name, never a
+            // parameter list (its head alone, `runtime.`, would name nothing).
+            b'(' if depth == 0 && i > 0 && b[i - 1] == b'.' => depth += 1,
             b'(' if depth == 0 => {
                 let start = operator
                     .map_or(spaces.last().copied(), |op| {
@@ -283,6 +286,8 @@ mod tests {
     fn cpp_names_lose_parameters_and_return_types() {
         for (full, short) in [
             ("Engine::step(int)", "Engine::step"),
+            ("runtime.(*mheap).alloc", "runtime.(*mheap).alloc"),
+            ("main.(*server).handle.func1", "main.(*server).handle.func1"),
             (
                 "double run_kernel<Accumulator<double>, double>(Accumulator<double>&, std::vector<double, std::allocator<double> > const&, int)",
                 "run_kernel<Accumulator<double>, double>",
